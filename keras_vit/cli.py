@@ -1,0 +1,32 @@
+"""The `keras-vit` command line: one sub-command per task, registered by its own module."""
+
+import argparse
+import importlib
+import sys
+
+# Each module has `register(subparsers)`, which adds its sub-commands with a `func(args)`.
+COMMAND_MODULES = ("keras_vit.applications.commands",)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="keras-vit",
+        description="Vision Transformers for Keras 3 (backend from KERAS_BACKEND).",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except (ValueError, FileNotFoundError, OSError) as error:
+        print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""Vision Transformer layers, written against `keras.ops` only."""
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.encoder import Encoder
+from keras_vit.layers.mlp import MLPBlock
+from keras_vit.layers.patch_embedding import PatchEmbedding
+from keras_vit.layers.pooling import TokenPooling
+from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding
+from keras_vit.layers.transformer_block import TransformerBlock
+
+__all__ = [
+    "ClassToken",
+    "DropPath",
+    "Encoder",
+    "MLPBlock",
+    "MultiHeadSelfAttention",
+    "PatchEmbedding",
+    "PositionEmbedding",
+    "TokenPooling",
+    "TransformerBlock",
+    "resize_position_embedding",
+]

@@ -1,0 +1,76 @@
+"""Multi-head self-attention on `keras.ops.dot_product_attention`."""
+
+import keras
+from keras import ops
+
+
+def _dense_init():
+    return keras.initializers.GlorotUniform()
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Self-attention over `(batch, tokens, dim)` with `num_heads` heads.
+
+    One fused `qkv` projection (kernel `(dim, 3 * dim)`, columns `[q | k | v]`, each
+    head-major) and an `out` projection (kernel `(dim, dim)`). The attention itself runs in
+    `keras.ops.dot_product_attention`, so the backend's fused / flash kernel is used where it
+    has one. `call(x, return_attention_weights=True)` takes the explicit path instead and also
+    returns the `(batch, heads, tokens, tokens)` softmax weights (computed in float32); so
+    does attention dropout while training.
+    """
+
+    def __init__(self, num_heads, dropout_rate=0.0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.dropout_rate = float(dropout_rate)
+        self.seed = seed
+        self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        dim = input_shape[-1]
+        if dim % self.num_heads:
+            raise ValueError(f"Width {dim} is not divisible by num_heads={self.num_heads}.")
+        self.head_dim = dim // self.num_heads
+        self.qkv = keras.layers.Dense(
+            3 * dim, kernel_initializer=_dense_init(), name="qkv", dtype=self.dtype_policy
+        )
+        self.qkv.build(input_shape)
+        self.out = keras.layers.Dense(
+            dim, kernel_initializer=_dense_init(), name="out", dtype=self.dtype_policy
+        )
+        self.out.build(input_shape)
+
+    def _split_heads(self, x):
+        batch, tokens = ops.shape(x)[0], ops.shape(x)[1]
+        qkv = ops.reshape(self.qkv(x), (batch, tokens, 3, self.num_heads, self.head_dim))
+        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+
+    def _explicit_attention(self, q, k, v, training):
+        scale = ops.cast(self.head_dim**-0.5, q.dtype)
+        logits = ops.einsum("bqhd,bkhd->bhqk", q * scale, k)
+        weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        dropped = self.dropout(ops.cast(weights, q.dtype), training=training)
+        return ops.einsum("bhqk,bkhd->bqhd", dropped, v), weights
+
+    def call(self, x, training=None, return_attention_weights=False):
+        q, k, v = self._split_heads(x)
+        weights = None
+        if return_attention_weights or (training and self.dropout_rate > 0):
+            context, weights = self._explicit_attention(q, k, v, training)
+        else:
+            context = ops.dot_product_attention(q, k, v)
+        batch, tokens = ops.shape(x)[0], ops.shape(x)[1]
+        out = self.out(ops.reshape(context, (batch, tokens, self.num_heads * self.head_dim)))
+        return (out, weights) if return_attention_weights else out
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "dropout_rate": self.dropout_rate,
+            "seed": self.seed,
+        }

@@ -1,0 +1,89 @@
+"""The stack of transformer blocks followed by the final LayerNorm."""
+
+import keras
+
+from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON, TransformerBlock
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class Encoder(keras.layers.Layer):
+    """`depth` pre-norm blocks (`encoderblock_0...`) and `encoder_norm`.
+
+    Stochastic depth rises linearly from 0 in the first block to `drop_path_rate` in the
+    last. `call(x, return_attention_weights=True)` also returns the list of each block's
+    `(batch, heads, tokens, tokens)` attention weights.
+    """
+
+    def __init__(
+        self,
+        depth,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        drop_path_rate=0.0,
+        approximate_gelu=True,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.depth = int(depth)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.drop_path_rate = float(drop_path_rate)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.seed = seed
+        self.blocks = [
+            TransformerBlock(
+                num_heads,
+                mlp_dim,
+                dropout_rate,
+                attention_dropout_rate,
+                drop_path_rate * i / max(self.depth - 1, 1),
+                approximate_gelu,
+                layer_norm_epsilon,
+                seed=None if seed is None else seed + i,
+                name=f"encoderblock_{i}",
+                dtype=self.dtype_policy,
+            )
+            for i in range(self.depth)
+        ]
+        self.encoder_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=self.dtype_policy
+        )
+
+    def build(self, input_shape):
+        for block in self.blocks:
+            block.build(input_shape)
+        self.encoder_norm.build(input_shape)
+
+    def call(self, x, training=None, return_attention_weights=False):
+        weights = []
+        for block in self.blocks:
+            x = block(x, training=training, return_attention_weights=return_attention_weights)
+            if return_attention_weights:
+                x, w = x
+                weights.append(w)
+        x = self.encoder_norm(x)
+        return (x, weights) if return_attention_weights else x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "depth": self.depth,
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "drop_path_rate": self.drop_path_rate,
+            "approximate_gelu": self.approximate_gelu,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "seed": self.seed,
+        }

@@ -1,0 +1,49 @@
+"""The transformer MLP block: Dense -> GELU -> Dropout -> Dense -> Dropout."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MLPBlock(keras.layers.Layer):
+    """Position-wise MLP with hidden width `mlp_dim`.
+
+    `approximate_gelu=True` is the tanh approximation of the original Flax code;
+    `False` is the exact erf GELU of timm and transformers.
+    """
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, approximate_gelu=True, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.seed = seed
+        self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        init = dict(
+            kernel_initializer=keras.initializers.GlorotUniform(),
+            bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
+            dtype=self.dtype_policy,
+        )
+        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="dense_0", **init)
+        self.dense_0.build(input_shape)
+        self.dense_1 = keras.layers.Dense(input_shape[-1], name="dense_1", **init)
+        self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+
+    def call(self, x, training=None):
+        x = ops.gelu(self.dense_0(x), approximate=self.approximate_gelu)
+        x = self.dropout(x, training=training)
+        return self.dropout(self.dense_1(x), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "approximate_gelu": self.approximate_gelu,
+            "seed": self.seed,
+        }

@@ -1,0 +1,76 @@
+"""Pre-norm transformer encoder block (paper eq. 2-3)."""
+
+import keras
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.mlp import MLPBlock
+
+LAYER_NORM_EPSILON = 1e-6
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TransformerBlock(keras.layers.Layer):
+    """`x + MSA(LN(x))`, then `x + MLP(LN(x))`, with dropout and optional stochastic depth.
+
+    LayerNorm runs in float32 under mixed precision (Keras' LayerNormalization upcasts).
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        drop_path_rate=0.0,
+        approximate_gelu=True,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.drop_path_rate = float(drop_path_rate)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.seed = seed
+        policy = self.dtype_policy
+        self.ln_1 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln_1", dtype=policy)
+        self.attention = MultiHeadSelfAttention(
+            num_heads, attention_dropout_rate, seed=seed, name="attention", dtype=policy
+        )
+        self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=policy)
+        self.ln_2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln_2", dtype=policy)
+        self.mlp = MLPBlock(mlp_dim, dropout_rate, approximate_gelu, seed=seed, name="mlp", dtype=policy)
+        self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy)
+
+    def build(self, input_shape):
+        for layer in (self.ln_1, self.attention, self.ln_2, self.mlp):
+            layer.build(input_shape)
+
+    def call(self, x, training=None, return_attention_weights=False):
+        y = self.attention(self.ln_1(x), training=training, return_attention_weights=return_attention_weights)
+        if return_attention_weights:
+            y, weights = y
+        x = x + self.drop_path(self.dropout(y, training=training), training=training)
+        x = x + self.drop_path(self.mlp(self.ln_2(x), training=training), training=training)
+        return (x, weights) if return_attention_weights else x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "drop_path_rate": self.drop_path_rate,
+            "approximate_gelu": self.approximate_gelu,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "seed": self.seed,
+        }
