@@ -117,18 +117,24 @@ def VisionTransformer(
         seed=seed,
         name=name,
     )
+    stride = patch_size * (stem.stride if stem is not None else 1)
     if weights is None:
         config["approximate_gelu"] = True if approximate_gelu is None else approximate_gelu
-        stride = patch_size * (stem.stride if stem is not None else 1)
         shape = _image_shape(input_shape, input_tensor, stride, need_rgb=False)
         return build_model(config, shape, input_tensor)
+    if input_shape is not None or input_tensor is not None:
+        _image_shape(input_shape, input_tensor, stride, need_rgb=True)
     from keras_vit.weights import build_with_weights
 
     return build_with_weights(config, weights, input_shape, input_tensor)
 
 
 def build_model(config, input_shape, input_tensor=None):
-    """Builds the functional model for a resolved `config` (see `VisionTransformer`)."""
+    """Builds the functional model for a resolved `config` (see `VisionTransformer`).
+
+    An optional `config["default_size"]` `(height, width)` (default 224 x 224) sizes the
+    position-embedding table where `input_shape` leaves the image size open (None).
+    """
     if input_tensor is None:
         images = keras.Input(shape=input_shape, name="images")
     elif keras.backend.is_keras_tensor(input_tensor):
@@ -138,7 +144,8 @@ def build_model(config, input_shape, input_tensor=None):
     features = images if config["stem"] is None else config["stem"](images)
     patches = PatchEmbedding(config["patch_size"], config["hidden_dim"], name="embedding")(features)
     stride = config["patch_size"] * (config["stem"].stride if config["stem"] is not None else 1)
-    grid = tuple((s or DEFAULT_SIZE) // stride for s in input_shape[:2])
+    default_size = config.get("default_size", (DEFAULT_SIZE, DEFAULT_SIZE))
+    grid = tuple((s or d) // stride for s, d in zip(input_shape[:2], default_size))
     tokens = keras.layers.Reshape((-1, config["hidden_dim"]), name="flatten")(patches)
     tokens = ClassToken(name="class_token")(tokens)
     tokens = PositionEmbedding(grid, name="posembed_input")(tokens, patches)
