@@ -3,9 +3,10 @@
 Runs on TensorFlow, JAX and PyTorch; the backend is chosen with `KERAS_BACKEND`.
 """
 
-from keras_vit import layers
+from keras_vit import layers, weights
 from keras_vit.applications import (
     VARIANTS,
+    R50ViTB16,
     ViTB16,
     ViTB32,
     ViTH14,
@@ -18,10 +19,12 @@ from keras_vit.applications import (
     decode_predictions,
     preprocess_input,
 )
+from keras_vit.weights import list_weights
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "R50ViTB16",
     "VARIANTS",
     "ViTB16",
     "ViTB32",
@@ -34,5 +37,7 @@ __all__ = [
     "VisionTransformer",
     "decode_predictions",
     "layers",
+    "list_weights",
     "preprocess_input",
+    "weights",
 ]

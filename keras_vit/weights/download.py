@@ -1,0 +1,80 @@
+"""Downloads named checkpoints into the cache (`KERAS_VIT_HOME`, default ~/.keras/keras_vit).
+
+A download goes to a private temporary folder next to its cache path, is checked (size and
+sha256 where the registry knows them, and always a full parse of the file, so a truncated or
+corrupt file fails), and only then renamed into place. A file put at the cache path by hand is
+used as is, after the same checks.
+"""
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import zipfile
+
+import keras
+
+from keras_vit.weights import readers, safetensors_io
+from keras_vit.weights.registry import cache_path
+
+logger = logging.getLogger("keras_vit.weights")
+
+
+class DownloadError(OSError):
+    """A named checkpoint could not be downloaded."""
+
+
+def sha256_of(path, chunk=2**22):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(path, entry):
+    """Raises ValueError unless `path` is a complete, intact copy of `entry`'s file."""
+    if entry.size is not None and os.path.getsize(path) != entry.size:
+        raise ValueError(f"{path} has {os.path.getsize(path)} bytes, expected {entry.size}.")
+    if entry.sha256 is not None and sha256_of(path) != entry.sha256.lower():
+        raise ValueError(f"{path}: sha256 {sha256_of(path)} does not match the expected {entry.sha256}.")
+    container = readers.detect_container(path)
+    if container == "safetensors":
+        safetensors_io.read_header(path)
+    elif container in ("npz", "torch", "keras"):
+        with zipfile.ZipFile(path) as zf:
+            bad = zf.testzip()
+        if bad is not None:
+            raise ValueError(f"{path}: member {bad!r} is corrupt (CRC mismatch).")
+
+
+def fetch(entry):
+    """The local path of `entry`'s file, downloading it into the cache if needed."""
+    target = cache_path(entry)
+    if os.path.exists(target):
+        try:
+            verify(target, entry)
+        except ValueError as error:
+            raise ValueError(f"{error} Delete {target} to download it again.") from None
+        return target
+    folder = os.path.dirname(target)
+    os.makedirs(folder, exist_ok=True)
+    scratch = tempfile.mkdtemp(dir=folder, prefix=".download-")
+    try:
+        try:
+            path = keras.utils.get_file(
+                fname=entry.file_name, origin=entry.url, cache_dir=scratch, cache_subdir="."
+            )
+            verify(path, entry)
+        except Exception as error:
+            raise DownloadError(
+                f"Could not download {entry.url} ({error}). To use this checkpoint without "
+                f"downloading it here, fetch that file by other means and put it at {target}; "
+                "it is picked up from there."
+            ) from error
+        os.replace(path, target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    logger.info("Cached %s at %s", entry.url, target)
+    return target

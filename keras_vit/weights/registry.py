@@ -1,0 +1,202 @@
+"""Named pretrained checkpoints, as data.
+
+Three families per model, all Apache-2.0:
+
+- "orig_*": the paper's files from the public `vit_models` bucket (Flax `.npz`): ImageNet-21k
+  pre-training (224 px, 21843 classes, with the tanh `pre_logits` layer and an all-zero head)
+  and the ImageNet-21k -> ImageNet-2012 fine-tunes (384 px, and 224 px for B/16 and L/16).
+- "augreg_*": the recommended "How to train your ViT" (AugReg) files, same bucket: the
+  ImageNet-21k pre-training (224 px, 21843-class head, no pre_logits) and its ImageNet-1k
+  fine-tunes at 224 and 384 px (the selection timm uses).
+- timm's safetensors on the Hugging Face hub, named as in timm (e.g.
+  "vit_base_patch16_224.augreg2_in21k_ft_in1k"); they load with exact-erf GELU, as timm runs them.
+
+Aliases: `weights="imagenet"` is "augreg_in21k_ft_in1k_224" (the authors' AugReg ImageNet-21k
+-> ImageNet-1k fine-tune at 224 px) for Ti/16, S/16, S/32, B/16, B/32 and L/16, and
+"orig_in21k_ft_in1k_384" for L/32 (its only ImageNet-1k file); H/14 has no ImageNet-1k
+weights. `weights="imagenet21k"` is "orig_in21k" where it exists, else "augreg_in21k".
+
+sha256 and size are recorded where known; none could be downloaded when this table was
+written, so they are None: such files are checked by parsing them completely instead.
+"""
+
+import dataclasses
+import os
+
+from keras_vit.applications.configs import VARIANTS
+
+GCS = "https://storage.googleapis.com/vit_models/"
+HUB = "https://huggingface.co/timm/{}/resolve/main/model.safetensors"
+FT_384 = "imagenet21k%2Bimagenet2012/"
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsEntry:
+    """One downloadable checkpoint. `classes`: head size (None: no head);
+    `representation_size`: width of its pre_logits layer (None: none)."""
+
+    variant: str
+    name: str
+    resolution: int
+    classes: int
+    representation_size: int
+    format: str
+    url: str
+    license: str = "apache-2.0"
+    sha256: str = None
+    size: int = None
+    aliases: tuple = ()
+
+    @property
+    def file_name(self):
+        return self.url.rsplit("/", 1)[-1]
+
+    @property
+    def description(self):
+        head = f"{self.classes} classes" if self.classes else "no head"
+        pre = f", pre_logits {self.representation_size}" if self.representation_size else ""
+        return f"{self.resolution}px, {head}{pre}, {self.format}"
+
+
+def _orig(variant, file, width):
+    return [
+        WeightsEntry(variant, "orig_in21k", 224, 21843, width, "npz", GCS + f"imagenet21k/{file}.npz"),
+        WeightsEntry(variant, "orig_in21k_ft_in1k_384", 384, 1000, None, "npz", GCS + FT_384 + f"{file}.npz"),
+    ]
+
+
+def _augreg(variant, pretrain, ft224, ft384):
+    return [
+        WeightsEntry(variant, "augreg_in21k", 224, 21843, None, "npz", GCS + f"augreg/{pretrain}.npz"),
+        WeightsEntry(variant, "augreg_in21k_ft_in1k_224", 224, 1000, None, "npz", GCS + f"augreg/{ft224}.npz"),
+        WeightsEntry(variant, "augreg_in21k_ft_in1k_384", 384, 1000, None, "npz", GCS + f"augreg/{ft384}.npz"),
+    ]
+
+
+def _timm(variant, *names):
+    entries = []
+    for name in names:
+        resolution = int(name.split(".")[0].rsplit("_", 1)[-1])
+        tag = name.split(".")[1]
+        classes = None if tag == "orig_in21k" else 21843 if tag.endswith("in21k") else 1000
+        entries.append(WeightsEntry(variant, name, resolution, classes, None, "safetensors", HUB.format(name)))
+    return entries
+
+
+def _ft(pretrain, lr, res):
+    return f"{pretrain}--imagenet2012-steps_20k-lr_{lr}-res_{res}"
+
+
+_TI16 = "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
+_S16 = "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0"
+_S32 = "S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0"
+_B16 = "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
+_B32 = "B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0"
+_B32_LIGHT = "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0"
+_L16 = "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"
+
+ENTRIES = [
+    *_augreg("ViTTi16", _TI16, _ft(_TI16, 0.03, 224), _ft(_TI16, 0.03, 384)),
+    *_timm("ViTTi16", "vit_tiny_patch16_224.augreg_in21k_ft_in1k", "vit_tiny_patch16_384.augreg_in21k_ft_in1k",
+           "vit_tiny_patch16_224.augreg_in21k"),
+    *_augreg("ViTS16", _S16, _ft(_S16, 0.03, 224), _ft(_S16, 0.03, 384)),
+    *_timm("ViTS16", "vit_small_patch16_224.augreg_in21k_ft_in1k", "vit_small_patch16_384.augreg_in21k_ft_in1k",
+           "vit_small_patch16_224.augreg_in21k"),
+    *_augreg("ViTS32", _S32, _ft(_S32, 0.03, 224), _ft(_S32, 0.03, 384)),
+    *_timm("ViTS32", "vit_small_patch32_224.augreg_in21k_ft_in1k", "vit_small_patch32_384.augreg_in21k_ft_in1k",
+           "vit_small_patch32_224.augreg_in21k"),
+    *_orig("ViTB16", "ViT-B_16", 768),
+    WeightsEntry("ViTB16", "orig_in21k_ft_in1k_224", 224, 1000, None, "npz", GCS + FT_384 + "ViT-B_16-224.npz"),
+    *_augreg("ViTB16", _B16, _ft(_B16, 0.01, 224), _ft(_B16, 0.01, 384)),
+    *_timm("ViTB16", "vit_base_patch16_224.augreg2_in21k_ft_in1k", "vit_base_patch16_224.augreg_in21k_ft_in1k",
+           "vit_base_patch16_384.augreg_in21k_ft_in1k", "vit_base_patch16_224.orig_in21k_ft_in1k",
+           "vit_base_patch16_384.orig_in21k_ft_in1k", "vit_base_patch16_224.augreg_in21k",
+           "vit_base_patch16_224.orig_in21k"),
+    *_orig("ViTB32", "ViT-B_32", 768),
+    *_augreg("ViTB32", _B32, _ft(_B32, 0.03, 224), _ft(_B32_LIGHT, 0.03, 384)),
+    *_timm("ViTB32", "vit_base_patch32_224.augreg_in21k_ft_in1k", "vit_base_patch32_384.augreg_in21k_ft_in1k",
+           "vit_base_patch32_224.augreg_in21k", "vit_base_patch32_224.orig_in21k"),
+    *_orig("ViTL16", "ViT-L_16", 1024),
+    WeightsEntry("ViTL16", "orig_in21k_ft_in1k_224", 224, 1000, None, "npz", GCS + FT_384 + "ViT-L_16-224.npz"),
+    *_augreg("ViTL16", _L16, _ft(_L16, 0.01, 224), _ft(_L16, 0.01, 384)),
+    *_timm("ViTL16", "vit_large_patch16_224.augreg_in21k_ft_in1k", "vit_large_patch16_384.augreg_in21k_ft_in1k",
+           "vit_large_patch16_224.augreg_in21k", "vit_large_patch16_224.orig_in21k"),
+    *_orig("ViTL32", "ViT-L_32", 1024),
+    *_timm("ViTL32", "vit_large_patch32_384.orig_in21k_ft_in1k", "vit_large_patch32_224.orig_in21k"),
+    WeightsEntry("ViTH14", "orig_in21k", 224, 21843, 1280, "npz", GCS + "imagenet21k/ViT-H_14.npz"),
+    *_timm("ViTH14", "vit_huge_patch14_224.orig_in21k"),
+]
+
+ALIASES = {
+    "imagenet": ("augreg_in21k_ft_in1k_224", "orig_in21k_ft_in1k_384"),
+    "imagenet21k": ("orig_in21k", "augreg_in21k"),
+}
+
+
+def add(entry):
+    """Adds a `WeightsEntry` (e.g. for a hybrid variant); replaces one of the same name."""
+    ENTRIES[:] = [e for e in ENTRIES if (e.variant, e.name) != (entry.variant, entry.name)] + [entry]
+
+
+def entries(variant=None):
+    """The entries of `variant` (e.g. "ViTB16"), or all."""
+    return [e for e in ENTRIES if variant is None or e.variant == variant]
+
+
+def variant_of(config):
+    """The variant name of a builder config (None for a custom architecture)."""
+    if config.get("stem") is not None:
+        from keras_vit.weights.stems import stem_of_layer
+
+        layout = stem_of_layer(config["stem"])
+        return layout.variant if layout else None
+    keys = ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")
+    return next((name for name, arch in VARIANTS.items() if all(arch[k] == config[k] for k in keys)), None)
+
+
+def find(name, variant=None):
+    """The entry called `name` (or an alias) for `variant`; without a variant, `name` must be
+    "Variant/name" or unique among all entries. Raises ValueError listing the choices."""
+    if variant is None and "/" in name and name.split("/", 1)[0] in VARIANTS:
+        variant, name = name.split("/", 1)
+    candidates = entries(variant)
+    for wanted in ALIASES.get(name, (name,)):
+        matches = [e for e in candidates if e.name == wanted]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise ValueError(f"Checkpoint name {name!r} is ambiguous; use 'Variant/{name}', e.g. {matches[0].variant}/{name}.")
+    where = f"for {variant}" if variant else "for this architecture"
+    known = ", ".join(sorted({e.name for e in candidates} | ({*ALIASES} if candidates else set())))
+    raise ValueError(
+        f"Unknown weights {name!r} {where}: not an existing file or folder, nor a named checkpoint"
+        + (f" (known: {known}; see keras_vit.list_weights({variant!r}))." if candidates else ".")
+    )
+
+
+def cache_path(entry):
+    """Where `entry` is cached (and where a manually downloaded file is picked up)."""
+    home = os.environ.get("KERAS_VIT_HOME") or os.path.join(os.path.expanduser("~"), ".keras", "keras_vit")
+    return os.path.join(home, entry.variant, entry.name, entry.file_name)
+
+
+def list_weights(model=None):
+    """Prints the named checkpoints of `model` (e.g. "ViTB16"), or of all models."""
+    if model is not None and model not in VARIANTS and not entries(model):
+        raise ValueError(f"Unknown model {model!r}; available: {', '.join(VARIANTS)}.")
+    rows = entries(model)
+    defaults = {(v, _alias_target(v, "imagenet")) for v in {e.variant for e in rows}}
+    print(f"{'model':<9} {'weights':<45} {'res':>4} {'classes':>7} {'pre_logits':>10} {'format':<11} license")
+    for e in rows:
+        mark = "  (default: 'imagenet')" if (e.variant, e.name) in defaults else ""
+        print(
+            f"{e.variant:<9} {e.name:<45} {e.resolution:>4} {e.classes or '-':>7} "
+            f"{e.representation_size or '-':>10} {e.format:<11} {e.license}{mark}\n{'':<10}{e.url}"
+        )
+    if not rows:
+        print(f"(no named checkpoints for {model})")
+
+
+def _alias_target(variant, alias):
+    names = {e.name for e in entries(variant)}
+    return next((n for n in ALIASES[alias] if n in names), None)
