@@ -1,0 +1,195 @@
+"""The benchmarked models and their inference / training steps.
+
+Imported only inside a worker process (see `worker.py`), whose `KERAS_BACKEND` is already
+set. Every framework gets the same work: a ViT of the requested variant with a 1000-class
+linear head on the class token, exact (erf) GELU, no dropout, random images in [-1, 1],
+AdamW (lr 1e-4, weight decay 0.05) on softmax cross-entropy, the same batch, resolution and
+precision.
+"""
+
+import numpy as np
+
+NUM_CLASSES = 1000
+LEARNING_RATE = 1e-4
+WEIGHT_DECAY = 0.05
+
+# The architecture of each variant (as keras_vit.applications.configs, duplicated so that
+# the reference workers never import keras_vit).
+ARCHITECTURES = {
+    "ViTTi16": (16, 192, 12, 3, 768),
+    "ViTS16": (16, 384, 12, 6, 1536),
+    "ViTS32": (32, 384, 12, 6, 1536),
+    "ViTB16": (16, 768, 12, 12, 3072),
+    "ViTB32": (32, 768, 12, 12, 3072),
+    "ViTL16": (16, 1024, 24, 16, 4096),
+    "ViTL32": (32, 1024, 24, 16, 4096),
+    "ViTH14": (14, 1280, 32, 16, 5120),
+}
+TIMM_NAMES = {
+    "ViTTi16": "vit_tiny_patch16_224",
+    "ViTS16": "vit_small_patch16_224",
+    "ViTS32": "vit_small_patch32_224",
+    "ViTB16": "vit_base_patch16_224",
+    "ViTB32": "vit_base_patch32_224",
+    "ViTL16": "vit_large_patch16_224",
+    "ViTL32": "vit_large_patch32_224",
+    "ViTH14": "vit_huge_patch14_224",
+}
+
+
+def _data(cfg):
+    rng = np.random.default_rng(0)
+    size = cfg["resolution"]
+    images = rng.uniform(-1.0, 1.0, (cfg["batch"], size, size, 3)).astype("float32")
+    labels = rng.integers(0, NUM_CLASSES, (cfg["batch"],)).astype("int32")
+    return images, labels
+
+
+class KerasRunner:
+    """keras_vit or keras-hub through the ordinary Keras path: `compile()` then
+    `predict_on_batch` / `train_on_batch`."""
+
+    def __init__(self, cfg):
+        import keras
+
+        self.keras = keras
+        keras.config.set_dtype_policy(cfg["precision"])
+        keras.utils.set_random_seed(0)
+        self.model = self._build(cfg)
+        backend = keras.backend.backend()
+        jit = cfg["torch_compile"] if backend == "torch" else cfg["jit"]
+        self.model.compile(
+            optimizer=keras.optimizers.AdamW(learning_rate=LEARNING_RATE, weight_decay=WEIGHT_DECAY),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=jit,
+        )
+        self.images, self.labels = _data(cfg)
+
+    def _build(self, cfg):
+        raise NotImplementedError
+
+    def infer(self):
+        return self.model.predict_on_batch(self.images)
+
+    def train(self):
+        return self.model.train_on_batch(self.images, self.labels)
+
+
+class KerasViTRunner(KerasRunner):
+    def _build(self, cfg):
+        from keras_vit import VisionTransformer
+
+        patch, width, depth, heads, mlp = ARCHITECTURES[cfg["variant"]]
+        size = cfg["resolution"]
+        return VisionTransformer(
+            patch,
+            width,
+            depth,
+            heads,
+            mlp,
+            input_shape=(size, size, 3),
+            classes=NUM_CLASSES,
+            classifier_activation=None,
+            approximate_gelu=False,
+        )
+
+
+class KerasHubRunner(KerasRunner):
+    def _build(self, cfg):
+        import keras_hub
+
+        keras = self.keras
+        patch, width, depth, heads, mlp = ARCHITECTURES[cfg["variant"]]
+        size = cfg["resolution"]
+        backbone = keras_hub.models.ViTBackbone(
+            image_shape=(size, size, 3),
+            patch_size=patch,
+            num_layers=depth,
+            num_heads=heads,
+            hidden_dim=width,
+            mlp_dim=mlp,
+        )
+        images = keras.Input((size, size, 3))
+        tokens = backbone(images)
+        logits = keras.layers.Dense(NUM_CLASSES, name="head")(tokens[:, 0])
+        logits = keras.layers.Activation("linear", dtype="float32")(logits)
+        return keras.Model(images, logits)
+
+
+class TorchRunner:
+    """A PyTorch reference with the usual loop: autocast for bf16, `torch.optim.AdamW`,
+    `torch.compile(model)` when asked."""
+
+    def __init__(self, cfg):
+        import torch
+
+        self.torch = torch
+        torch.manual_seed(0)
+        self.model = self._build(cfg)
+        images, labels = _data(cfg)
+        self.images = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
+        self.labels = torch.from_numpy(labels).long()
+        self.bf16 = cfg["precision"] == "mixed_bfloat16"
+        self.forward = torch.compile(self.model) if cfg["torch_compile"] else self.model
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+        self.model.train(cfg["mode"] == "training")
+
+    def _build(self, cfg):
+        raise NotImplementedError
+
+    def _logits(self):
+        with self.torch.autocast("cpu", dtype=self.torch.bfloat16, enabled=self.bf16):
+            out = self.forward(self.images)
+        return out.logits if hasattr(out, "logits") else out
+
+    def infer(self):
+        with self.torch.inference_mode():
+            return self._logits().float().numpy()
+
+    def train(self):
+        loss = self.torch.nn.functional.cross_entropy(self._logits().float(), self.labels)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+
+class TransformersRunner(TorchRunner):
+    def _build(self, cfg):
+        from transformers import ViTConfig, ViTForImageClassification
+
+        patch, width, depth, heads, mlp = ARCHITECTURES[cfg["variant"]]
+        config = ViTConfig(
+            hidden_size=width,
+            num_hidden_layers=depth,
+            num_attention_heads=heads,
+            intermediate_size=mlp,
+            image_size=cfg["resolution"],
+            patch_size=patch,
+            num_labels=NUM_CLASSES,
+            layer_norm_eps=1e-6,
+            attn_implementation="sdpa",
+        )
+        return ViTForImageClassification(config)
+
+
+class TimmRunner(TorchRunner):
+    def _build(self, cfg):
+        import timm
+
+        return timm.create_model(
+            TIMM_NAMES[cfg["variant"]], pretrained=False, img_size=cfg["resolution"], num_classes=NUM_CLASSES
+        )
+
+
+RUNNERS = {
+    "keras_vit": KerasViTRunner,
+    "keras_hub": KerasHubRunner,
+    "transformers": TransformersRunner,
+    "timm": TimmRunner,
+}
+
+
+def make_runner(cfg):
+    """The runner of `cfg["framework"]` (a `RUNNERS` key)."""
+    return RUNNERS[cfg["framework"]](cfg)

@@ -1,0 +1,313 @@
+"""Inference and training throughput of keras_vit against the reference implementations.
+
+    python benchmarks/throughput.py                       # ViT-B/16, 224 px, batch 8, fp32
+    python benchmarks/throughput.py --precision float32 mixed_bfloat16 --json out.json
+
+Every (framework, backend, precision, mode) runs in its own process (`worker.py`, with
+`KERAS_BACKEND` set). The processes of one mode are started one after another, compile and
+warm up (not timed), and then take turns: each round every process runs `--steps` timed
+steps while the others wait idle, so slow drifts in machine load hit all of them alike. The
+table shows the median images/s over the rounds and the ratios of keras_vit to the
+references; the JSON (printed last, or written with `--json`) has every round.
+
+Frameworks: keras_vit and keras_hub on each Keras backend (`keras_vit/jax`, or `keras_vit`
+for all three), `transformers` (PyTorch, SDPA attention) and `timm` (when importable).
+"""
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BACKENDS = ("tensorflow", "jax", "torch")
+KERAS_FRAMEWORKS = ("keras_vit", "keras_hub")
+TORCH_FRAMEWORKS = ("transformers", "timm")
+MODES = ("inference", "training")
+PRECISIONS = ("float32", "mixed_bfloat16")
+VARIANTS = ("ViTTi16", "ViTS16", "ViTS32", "ViTB16", "ViTB32", "ViTL16", "ViTL32", "ViTH14")
+PREFIX = "@@bench"
+PACKAGES = ("keras", "tensorflow-cpu", "jax", "jaxlib", "torch", "transformers", "keras-hub", "timm")
+
+
+def all_frameworks():
+    names = [f"{fw}/{b}" for fw in KERAS_FRAMEWORKS for b in BACKENDS] + ["transformers"]
+    if importlib.util.find_spec("timm") is not None:
+        names.append("timm")
+    return names
+
+
+def resolve_frameworks(requested):
+    """Expands `keras_vit` / `keras_hub` to their three backends and checks the names."""
+    known = [f"{fw}/{b}" for fw in KERAS_FRAMEWORKS for b in BACKENDS] + list(TORCH_FRAMEWORKS)
+    names = []
+    for name in requested:
+        expanded = [f"{name}/{b}" for b in BACKENDS] if name in KERAS_FRAMEWORKS else [name]
+        for item in expanded:
+            if item not in known:
+                raise SystemExit(f"Unknown framework {item!r}; expected some of {known} or {KERAS_FRAMEWORKS}.")
+            if item == "timm" and importlib.util.find_spec("timm") is None:
+                raise SystemExit("timm is not importable here (it needs torchvision); leave it out.")
+            if item not in names:
+                names.append(item)
+    return names
+
+
+class Worker:
+    """A `worker.py` process for one (framework, precision, mode)."""
+
+    def __init__(self, framework, precision, mode, args):
+        self.framework, self.precision, self.mode = framework, precision, mode
+        library, _, backend = framework.partition("/")
+        self.backend = backend or "torch"
+        cfg = dict(
+            framework=library,
+            variant=args.variant,
+            batch=args.batch,
+            resolution=args.resolution,
+            precision=precision,
+            mode=mode,
+            warmup=args.warmup,
+            jit=args.jit == "on",
+            torch_compile=args.torch_compile == "on",
+        )
+        env = {**os.environ, "KERAS_BACKEND": self.backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "worker.py"), json.dumps(cfg)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=env,
+            cwd=HERE,
+        )
+        self.info, self.error, self.rounds = None, None, []
+
+    @property
+    def label(self):
+        return f"{self.framework} {self.precision} {self.mode}"
+
+    def _receive(self, kind):
+        for line in self.proc.stdout:
+            if line.startswith(PREFIX):
+                _, got, payload = line.split(" ", 2)
+                if got == kind:
+                    return json.loads(payload)
+        self.proc.wait()
+        self.log.seek(0)
+        tail = self.log.read().strip().splitlines()[-15:]
+        self.error = f"exit code {self.proc.returncode}: " + "\n".join(tail)
+        return None
+
+    def wait_ready(self):
+        self.info = self._receive("ready")
+        return self.info is not None
+
+    def run(self, steps, batch):
+        self.proc.stdin.write(f"run {steps}\n")
+        self.proc.stdin.flush()
+        done = self._receive("done")
+        if done is None:
+            return False
+        self.rounds.append(batch * done["steps"] / done["seconds"])
+        return True
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            self.proc.wait(timeout=120)
+        self.log.close()
+
+
+def measure_mode(mode, jobs, args):
+    """Starts one worker per job, then runs the interleaved timed rounds."""
+    workers = []
+    for framework, precision in jobs:
+        worker = Worker(framework, precision, mode, args)
+        ok = worker.wait_ready()
+        print(f"  ready: {worker.label}" + ("" if ok else f"  FAILED\n{worker.error}"), file=sys.stderr, flush=True)
+        if not ok:
+            worker.close()
+        workers.append(worker)
+        if not args.interleave and ok:
+            _rounds([worker], args)
+            worker.close()
+    if args.interleave:
+        _rounds([w for w in workers if w.error is None], args)
+    for worker in workers:
+        worker.close()
+    return workers
+
+
+def _rounds(workers, args):
+    for r in range(args.rounds):
+        turn = workers[r % len(workers) :] + workers[: r % len(workers)] if workers else []
+        for worker in turn:
+            if worker.error is not None:
+                continue
+            time.sleep(args.pause)  # let the previous process's spinning threads go idle
+            if worker.run(args.steps, args.batch):
+                print(f"  round {r + 1}: {worker.label}: {worker.rounds[-1]:.2f} img/s", file=sys.stderr, flush=True)
+            else:
+                print(f"  {worker.label} FAILED\n{worker.error}", file=sys.stderr, flush=True)
+
+
+def machine():
+    info = {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        for line in text.splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                info["bf16_flags"] = sorted(flags & {"avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16"})
+                break
+        with open("/proc/meminfo") as f:
+            info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    info["versions"] = versions
+    return info
+
+
+def summarise(results):
+    """Per-row ratios and the headline ratios of the best keras_vit backend."""
+    table = {}
+    for r in results:
+        table.setdefault((r["framework"], r["precision"]), {})[r["mode"]] = r["images_per_s"]
+
+    def value(framework, precision, mode):
+        return table.get((framework, precision), {}).get(mode)
+
+    def ratio(a, b):
+        return round(a / b, 3) if a and b else None
+
+    rows = []
+    for (framework, precision), modes in table.items():
+        row = {"framework": framework, "precision": precision}
+        for mode in MODES:
+            mine = modes.get(mode)
+            row[mode] = mine
+            if framework.startswith("keras_vit/"):
+                hub = "keras_hub/" + framework.split("/")[1]
+                row[f"{mode}_vs_keras_hub"] = ratio(mine, value(hub, precision, mode))
+                row[f"{mode}_vs_transformers"] = ratio(mine, value("transformers", precision, mode))
+        rows.append(row)
+    headline = {}
+    for mode in MODES:
+        refs = [(v, f) for (f, p), m in table.items() for v in [m.get(mode)] if v and p == "float32" and not f.startswith("keras_vit/")]
+        best_ref = max(refs, default=None)
+        for precision in PRECISIONS:
+            mine = [(v, f) for (f, p), m in table.items() for v in [m.get(mode)] if v and p == precision and f.startswith("keras_vit/")]
+            best = max(mine, default=None)
+            if best and best_ref:
+                headline[f"{mode}_{precision}"] = {
+                    "keras_vit": best[1],
+                    "images_per_s": best[0],
+                    "best_fp32_reference": best_ref[1],
+                    "reference_images_per_s": best_ref[0],
+                    "ratio": ratio(best[0], best_ref[0]),
+                }
+    return rows, headline
+
+
+def _fmt(x, spec=".2f"):
+    return "-" if x is None else format(x, spec)
+
+
+def print_table(rows, headline, args):
+    print(f"\n{args.variant} at {args.resolution} px, batch {args.batch}, {args.steps} steps x {args.rounds} rounds"
+          f" (median images/s), jit {args.jit}, torch.compile {args.torch_compile}\n")
+    head = ["framework", "precision", "inference img/s", "training img/s",
+            "inf vs keras-hub", "train vs keras-hub", "inf vs transformers", "train vs transformers"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for row in rows:
+        cells = [row["framework"], row["precision"], _fmt(row.get("inference")), _fmt(row.get("training")),
+                 _fmt(row.get("inference_vs_keras_hub")), _fmt(row.get("training_vs_keras_hub")),
+                 _fmt(row.get("inference_vs_transformers")), _fmt(row.get("training_vs_transformers"))]
+        print("| " + " | ".join(cells) + " |")
+    if headline:
+        print()
+    for key, h in headline.items():
+        print(f"best keras_vit {key.replace('_', ' ', 1)}: {h['keras_vit']} {h['images_per_s']:.2f} img/s = "
+              f"{h['ratio']:.2f}x the best fp32 reference ({h['best_fp32_reference']} {h['reference_images_per_s']:.2f})")
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variant", default="ViTB16", choices=VARIANTS)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--resolution", type=int, default=224)
+    parser.add_argument("--precision", nargs="+", default=["float32"], choices=PRECISIONS)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--frameworks", nargs="+", default=None,
+                        help="default: keras_vit and keras_hub on every backend, transformers, timm if importable")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps (compilation included)")
+    parser.add_argument("--jit", choices=("on", "off"), default="on", help="XLA on TensorFlow and JAX")
+    parser.add_argument("--torch-compile", choices=("on", "off"), default="off",
+                        help="torch.compile for PyTorch models (keras: compile(jit_compile=True))")
+    parser.add_argument("--no-interleave", dest="interleave", action="store_false",
+                        help="measure each process alone, then end it (less memory, more exposed to load drift)")
+    parser.add_argument("--pause", type=float, default=0.3, help="seconds between turns")
+    parser.add_argument("--json", help="also write the JSON report to this file")
+    args = parser.parse_args(argv)
+    if args.batch < 1 or args.steps < 1 or args.rounds < 1 or args.warmup < 0:
+        parser.error("--batch, --steps and --rounds must be positive, --warmup >= 0")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    frameworks = resolve_frameworks(args.frameworks or all_frameworks())
+    jobs = [(f, p) for p in args.precision for f in frameworks]
+    report = {"command": " ".join([os.path.basename(sys.executable), *sys.argv]), "machine": machine(),
+              "settings": {k: v for k, v in vars(args).items() if k != "json"},
+              "load_before": os.getloadavg(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "results": []}
+    for mode in args.modes:
+        print(f"== {mode}: {len(jobs)} processes (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
+        for w in measure_mode(mode, jobs, args):
+            report["results"].append({
+                "framework": w.framework, "precision": w.precision, "mode": mode,
+                "images_per_s": statistics.median(w.rounds) if w.rounds else None,
+                "rounds": [round(x, 3) for x in w.rounds], "setup": w.info, "error": w.error,
+            })
+    report["load_after"] = os.getloadavg()
+    rows, headline = summarise(report["results"])
+    report["table"], report["headline"] = rows, headline
+    print_table(rows, headline, args)
+    print(f"\nload average before {report['load_before'][0]:.2f}, after {report['load_after'][0]:.2f}")
+    text = json.dumps(report, indent=1)
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text + "\n")
+        os.replace(tmp, args.json)
+    else:
+        print("\n" + text)
+
+
+if __name__ == "__main__":
+    main()
