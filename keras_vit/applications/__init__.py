@@ -1,6 +1,7 @@
 """Model builders with the `keras.applications` conventions."""
 
 from keras_vit.applications.configs import VARIANTS
+from keras_vit.applications.hybrid import R50ViTB16
 from keras_vit.applications.imagenet import decode_predictions, preprocess_input
 from keras_vit.applications.vision_transformer import (
     ViTB16,
@@ -15,6 +16,7 @@ from keras_vit.applications.vision_transformer import (
 )
 
 __all__ = [
+    "R50ViTB16",
     "VARIANTS",
     "ViTB16",
     "ViTB32",

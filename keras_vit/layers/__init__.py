@@ -8,9 +8,11 @@ from keras_vit.layers.mlp import MLPBlock
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding
+from keras_vit.layers.resnet import BottleneckUnit, ResNetStage, ResNetV2Stem, WeightStandardizedConv2D
 from keras_vit.layers.transformer_block import TransformerBlock
 
 __all__ = [
+    "BottleneckUnit",
     "ClassToken",
     "DropPath",
     "Encoder",
@@ -18,7 +20,10 @@ __all__ = [
     "MultiHeadSelfAttention",
     "PatchEmbedding",
     "PositionEmbedding",
+    "ResNetStage",
+    "ResNetV2Stem",
     "TokenPooling",
     "TransformerBlock",
+    "WeightStandardizedConv2D",
     "resize_position_embedding",
 ]

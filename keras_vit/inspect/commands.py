@@ -1,0 +1,115 @@
+"""`keras-vit inspect IMAGE... --model ... --weights ... --out DIR`: the paper's Fig. 6 / 7
+panels for a model and some images, as PNG files."""
+
+import os
+
+import numpy as np
+
+from keras_vit.applications.configs import VARIANTS
+
+HYBRIDS = ("R50ViTB16",)
+DEFAULT_SIZE = 224
+
+
+def _build(model, weights, image_size):
+    import keras
+
+    import keras_vit
+
+    if model.endswith(".keras"):
+        if not os.path.isfile(model):
+            raise FileNotFoundError(f"No saved model at {model}.")
+        if weights is not None:
+            raise ValueError("--weights cannot be combined with a saved .keras model, which has its own.")
+        return keras.saving.load_model(model)
+    if model not in VARIANTS and model not in HYBRIDS:
+        raise ValueError(
+            f"Unknown --model {model!r}; expected one of {', '.join([*VARIANTS, *HYBRIDS])} or a "
+            "path to a saved .keras model."
+        )
+    size = image_size or DEFAULT_SIZE
+    return getattr(keras_vit, model)(
+        include_top=False, weights=weights, input_shape=(size, size, 3)
+    )
+
+
+def _model_size(model, image_size):
+    height, width = model.input.shape[1:3]
+    if image_size is not None:
+        if height is not None and (height, width) != (image_size, image_size):
+            raise ValueError(f"--image-size {image_size} does not match the model's input size {height}x{width}.")
+        return image_size, image_size
+    return (height or DEFAULT_SIZE, width or DEFAULT_SIZE)
+
+
+def load_images(paths, size):
+    """The images at `paths` as RGB float32 `(n, height, width, 3)` in [0, 255], resized."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ImportError("keras-vit inspect needs Pillow to read images: pip install 'keras-vit[inspect]'.") from None
+    images = []
+    for path in paths:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"No image at {path}.")
+        try:
+            with Image.open(path) as image:
+                image = image.convert("RGB").resize((size[1], size[0]), Image.BILINEAR)
+        except OSError as error:
+            raise ValueError(f"{path}: not a readable image ({error}).") from None
+        images.append(np.asarray(image, dtype="float32"))
+    return np.stack(images)
+
+
+def inspect_command(args):
+    from keras_vit import inspect
+    from keras_vit.applications.imagenet import preprocess_input
+
+    model = _build(args.model, args.weights, args.image_size)
+    if args.weights is None and not args.model.endswith(".keras"):
+        print("keras-vit inspect: no --weights given; the pictures show a randomly initialised model.")
+    size = _model_size(model, args.image_size)
+    pixels = load_images(args.images, size)
+    images = preprocess_input(pixels)
+    written = []
+
+    def save(figure, name):
+        written.append(inspect.save_figure(figure, os.path.join(args.out, name)))
+
+    maps = inspect.attention_rollout(model, images)
+    save(inspect.plot_attention_rollout(pixels, maps), "attention_rollout.png")
+    distances = inspect.mean_attention_distance(model, images)
+    save(inspect.plot_mean_attention_distance(distances, image_size=max(size)), "mean_attention_distance.png")
+    save(inspect.plot_position_embedding_similarity(inspect.position_embedding_similarity(model)),
+         "position_embedding_similarity.png")
+    try:
+        components = inspect.patch_embedding_components(model, k=min(28, _rank(model)))
+    except ValueError as error:
+        print(f"keras-vit inspect: skipping the embedding filters: {error}")
+    else:
+        save(inspect.plot_patch_embedding_components(components), "embedding_filters.png")
+    for path in written:
+        print(path)
+
+
+def _rank(model):
+    kernel = model.get_layer("embedding").kernel
+    return min(int(np.prod(kernel.shape[:3])), int(kernel.shape[3]))
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "inspect",
+        help="draw attention maps, attention distances and embedding pictures (paper Fig. 6, 7)",
+        description="Writes attention_rollout.png, mean_attention_distance.png, "
+        "position_embedding_similarity.png and (not for hybrids) embedding_filters.png to --out.",
+    )
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image file(s); distances average over all")
+    parser.add_argument(
+        "--model", default="ViTB16",
+        help=f"a variant ({', '.join([*VARIANTS, *HYBRIDS])}) or a saved .keras model (default ViTB16)",
+    )
+    parser.add_argument("--weights", default=None, help="pretrained weights: a name or checkpoint path")
+    parser.add_argument("--image-size", type=int, default=None, help="input size (default: the model's, or 224)")
+    parser.add_argument("--out", required=True, help="folder for the PNG files")
+    parser.set_defaults(func=inspect_command)
