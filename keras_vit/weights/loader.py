@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from keras_vit.applications.configs import VARIANTS
 from keras_vit.layers.position_embedding import INTERPOLATIONS, resize_position_embedding
 from keras_vit.weights import registry, stems
 from keras_vit.weights.canonical import Checkpoint, read_checkpoint
@@ -14,6 +15,7 @@ from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.rules import convert
 
 logger = logging.getLogger("keras_vit.weights")
+CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5", ".keras", ".json")
 HEAD_KEYS = ("head/kernel", "head/bias")
 PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
 
@@ -36,14 +38,24 @@ def resolve(source, config=None):
     """The local path of `source`: an existing file or folder, or a named checkpoint
     (downloaded into the cache if needed)."""
     if isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.exists(source)):
+        if not os.path.exists(source):
+            raise FileNotFoundError(f"No checkpoint file or folder at {os.fspath(source)}.")
         return os.fspath(source)
     if not isinstance(source, str):
         raise ValueError(
             f"weights={source!r}: expected None, a checkpoint name, a path, or PretrainedWeights."
         )
+    named = source.split("/", 1)[0] in VARIANTS or "/" not in source
+    if not named or source.endswith(CHECKPOINT_SUFFIXES):
+        raise FileNotFoundError(f"No checkpoint file or folder at {source}.")
     from keras_vit.weights.download import fetch
 
     variant = registry.variant_of(config) if config is not None else None
+    if config is not None and variant is None:
+        raise ValueError(
+            f"Unknown weights {source!r} for this architecture: not an existing file or folder, and "
+            f"named checkpoints exist only for the standard variants ({', '.join(VARIANTS)})."
+        )
     return fetch(registry.find(source, variant))
 
 

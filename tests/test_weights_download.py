@@ -1,0 +1,149 @@
+"""Named checkpoints: the registry, and downloads served from 127.0.0.1 (no network)."""
+
+import functools
+import hashlib
+import http.server
+import os
+import shutil
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.applications.configs import VARIANTS
+from keras_vit.weights import DownloadError, WeightsEntry, fetch, registry
+from tests.weights_fixtures import TINY, original_npz_params
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server(tmp_path):
+    """Serves `tmp_path / "www"` on 127.0.0.1; yields (folder, base URL)."""
+    folder = tmp_path / "www"
+    folder.mkdir()
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(folder))
+    )
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield folder, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def tiny_npz(rng, tmp_path):
+    path = tmp_path / "tiny.npz"
+    np.savez(path, **original_npz_params(rng, **TINY, classes=5))
+    return path
+
+
+def _entry(url, sha256=None, size=None):
+    return WeightsEntry("ViTTest", "tiny_test", 32, 5, None, "npz", url, sha256=sha256, size=size)
+
+
+def _sha(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _leftovers(entry):
+    folder = os.path.dirname(registry.cache_path(entry))
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+def test_download_checks_hash_and_caches(server, tiny_npz):
+    www, base = server
+    shutil.copy(tiny_npz, www / "tiny.npz")
+    entry = _entry(f"{base}/tiny.npz", sha256=_sha(tiny_npz), size=tiny_npz.stat().st_size)
+    path = fetch(entry)
+    assert path == registry.cache_path(entry) and path.startswith(os.environ["KERAS_VIT_HOME"])
+    assert open(path, "rb").read() == tiny_npz.read_bytes()
+    (www / "tiny.npz").unlink()  # the cached copy is used from now on
+    assert fetch(entry) == path and _leftovers(entry) == ["tiny.npz"]
+
+
+def test_hash_mismatch_leaves_nothing(server, tiny_npz):
+    www, base = server
+    shutil.copy(tiny_npz, www / "tiny.npz")
+    entry = _entry(f"{base}/tiny.npz", sha256="0" * 64)
+    with pytest.raises(DownloadError, match="does not match the expected 0000"):
+        fetch(entry)
+    assert _leftovers(entry) == []
+
+
+def test_truncated_download_leaves_nothing(server, tiny_npz):
+    www, base = server
+    (www / "tiny.npz").write_bytes(tiny_npz.read_bytes()[: tiny_npz.stat().st_size // 2])
+    entry = _entry(f"{base}/tiny.npz")  # no known hash: the file is parsed instead
+    with pytest.raises(DownloadError, match="corrupt or truncated"):
+        fetch(entry)
+    assert _leftovers(entry) == []
+
+
+def test_offline_error_names_url_and_manual_path(tiny_npz, monkeypatch):
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    entry = _entry(f"http://127.0.0.1:{port}/tiny.npz")
+    target = registry.cache_path(entry)
+    with pytest.raises(DownloadError) as info:
+        fetch(entry)
+    assert entry.url in str(info.value) and target in str(info.value)
+    assert _leftovers(entry) == []
+    shutil.copy(tiny_npz, target)  # a manually downloaded file is picked up
+    monkeypatch.setitem(VARIANTS, "ViTTest", dict(TINY))
+    monkeypatch.setattr(registry, "ENTRIES", [entry])
+    model = keras_vit.VisionTransformer(**TINY, classes=5, weights="tiny_test")
+    assert model.get_layer("head").kernel.shape == (32, 5)
+
+
+def test_corrupt_cache_entry_is_reported(tiny_npz):
+    entry = _entry("http://127.0.0.1:9/tiny.npz")
+    target = registry.cache_path(entry)
+    os.makedirs(os.path.dirname(target))
+    with open(target, "wb") as f:
+        f.write(b"PK\x03\x04 truncated")
+    with pytest.raises(ValueError, match="Delete .*tiny.npz to download it again"):
+        fetch(entry)
+
+
+def test_registry_entries_are_consistent():
+    seen = set()
+    for e in registry.entries():
+        assert e.variant in VARIANTS or e.variant == "R50ViTB16", e
+        assert (e.variant, e.name) not in seen, e
+        seen.add((e.variant, e.name))
+        assert e.url.startswith("https://") and e.file_name.endswith((".npz", ".safetensors"))
+        patch = VARIANTS.get(e.variant, {"patch_size": 16})["patch_size"]
+        assert e.resolution % patch == 0 and e.format in ("npz", "safetensors")
+    for variant in ("ViTTi16", "ViTS16", "ViTS32", "ViTB16", "ViTB32", "ViTL16"):
+        default = registry.find("imagenet", variant)
+        assert (default.name, default.resolution, default.classes) == ("augreg_in21k_ft_in1k_224", 224, 1000)
+        assert registry.find("augreg_in21k_ft_in1k_384", variant).resolution == 384
+    assert registry.find("imagenet", "ViTL32").name == "orig_in21k_ft_in1k_384"
+    orig = registry.find("imagenet21k", "ViTB16")
+    assert (orig.classes, orig.representation_size) == (21843, 768)
+    assert orig.url == "https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz"
+    timm = registry.find("vit_base_patch16_224.augreg2_in21k_ft_in1k")
+    assert timm.url == "https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k/resolve/main/model.safetensors"
+    assert registry.find("ViTB32/augreg_in21k").classes == 21843
+
+
+def test_list_weights_prints_the_table(capsys):
+    from keras_vit.cli import main
+
+    keras_vit.list_weights("ViTB16")
+    out = capsys.readouterr().out
+    assert "augreg_in21k_ft_in1k_224" in out and "(default: 'imagenet')" in out
+    assert "vit_base_patch16_224.augreg2_in21k_ft_in1k" in out and "ViTL16" not in out
+    assert main(["list-weights", "ViTL32"]) == 0
+    out = capsys.readouterr().out
+    assert "orig_in21k_ft_in1k_384" in out and "imagenet21k%2Bimagenet2012/ViT-L_32.npz" in out
+    with pytest.raises(ValueError, match="Unknown model 'ViTX'"):
+        keras_vit.list_weights("ViTX")
