@@ -56,7 +56,8 @@ def plot_position_embedding_similarity(similarity, title="Position embedding sim
     cell = np.full((rows, cols, rows + 1, cols + 1), np.nan)
     cell[:, :, :rows, :cols] = similarity
     mosaic = cell.transpose(0, 2, 1, 3).reshape(rows * (rows + 1), cols * (cols + 1))[:-1, :-1]
-    figure = _figure(6.2, 5.5)
+    side = max(5.0, 0.5 * max(rows, cols))
+    figure = _figure(side + 1.5, side)
     ax = figure.add_subplot(1, 1, 1)
     image = ax.imshow(mosaic, cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
     ax.set_xticks(np.arange(cols) * (cols + 1) + (cols - 1) / 2, [str(c + 1) for c in range(cols)])
@@ -122,8 +123,11 @@ def save_figure(figure, path):
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".keras_vit_", suffix=".png")
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         figure.savefig(tmp, format="png", bbox_inches="tight")
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
