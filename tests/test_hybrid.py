@@ -59,7 +59,7 @@ def group_norm(x, scale, bias, eps, groups=32):
     g = x.reshape(b, h, w, groups, c // groups)
     mean = g.mean(axis=(1, 2, 4), keepdims=True)
     var = g.var(axis=(1, 2, 4), keepdims=True)
-    return ((g - mean) / np.sqrt(var + eps)).reshape(x.shape) * scale + bias
+    return ((g - mean) / np.sqrt(var + eps)).reshape(x.shape) * scale.reshape(-1) + bias.reshape(-1)
 
 
 def max_pool_same(x):
@@ -137,12 +137,15 @@ def original_params(rng, stages=STAGES, pre_logits=True):
         offset, scale = rng.normal(0, 0.05, cout), rng.uniform(0.02, 0.2, cout)
         p[key + "/kernel"] = rng.normal(size=(k, k, cin, cout)) * scale + offset
 
-    def norm(key, c):
-        p[key + "/scale"] = 1 + 0.2 * rng.normal(size=c)
-        p[key + "/bias"] = 0.2 * rng.normal(size=c)
+    def norm(key, c, shape=None):
+        p[key + "/scale"] = 1 + 0.2 * rng.normal(size=shape or c)
+        p[key + "/bias"] = 0.2 * rng.normal(size=shape or c)
+
+    def group_norm(key, c):
+        norm(key, c, (1, 1, 1, c))  # as in the 2020 files (old flax.nn GroupNorm)
 
     kernel("conv_root", 7, 3, WIDTH)
-    norm("gn_root", WIDTH)
+    group_norm("gn_root", WIDTH)
     cin = WIDTH
     for i, depth in enumerate(stages, 1):
         mid = WIDTH * 2 ** (i - 1)
@@ -150,10 +153,10 @@ def original_params(rng, stages=STAGES, pre_logits=True):
             unit = f"block{i}/unit{j}/"
             if j == 1:
                 kernel(unit + "conv_proj", 1, cin, 4 * mid)
-                norm(unit + "gn_proj", 4 * mid)
+                group_norm(unit + "gn_proj", 4 * mid)
             for n, (k, a, c) in enumerate(((1, cin, mid), (3, mid, mid), (1, mid, 4 * mid)), 1):
                 kernel(unit + f"conv{n}", k, a, c)
-                norm(unit + f"gn{n}", c)
+                group_norm(unit + f"gn{n}", c)
             cin = 4 * mid
     small = lambda *shape: 0.2 * rng.normal(size=shape)  # noqa: E731
     p["embedding/kernel"], p["embedding/bias"] = small(1, 1, cin, DIM), small(DIM)
@@ -182,8 +185,8 @@ def timm_state_dict(p):
     oihw = lambda w: w.transpose(3, 2, 0, 1)  # noqa: E731
     sd = {
         "patch_embed.backbone.stem.conv.weight": oihw(p["conv_root/kernel"]),
-        "patch_embed.backbone.stem.norm.weight": p["gn_root/scale"],
-        "patch_embed.backbone.stem.norm.bias": p["gn_root/bias"],
+        "patch_embed.backbone.stem.norm.weight": p["gn_root/scale"].reshape(-1),
+        "patch_embed.backbone.stem.norm.bias": p["gn_root/bias"].reshape(-1),
     }
     for i, depth in enumerate(STAGES, 1):
         for j in range(1, depth + 1):
@@ -193,8 +196,8 @@ def timm_state_dict(p):
                 names.append(("conv_proj", "gn_proj", "downsample.conv", "downsample.norm"))
             for conv_key, gn_key, conv_mod, norm_mod in names:
                 sd[mod + conv_mod + ".weight"] = oihw(p[unit + conv_key + "/kernel"])
-                sd[mod + norm_mod + ".weight"] = p[unit + gn_key + "/scale"]
-                sd[mod + norm_mod + ".bias"] = p[unit + gn_key + "/bias"]
+                sd[mod + norm_mod + ".weight"] = p[unit + gn_key + "/scale"].reshape(-1)
+                sd[mod + norm_mod + ".bias"] = p[unit + gn_key + "/bias"].reshape(-1)
     sd["patch_embed.proj.weight"] = oihw(p["embedding/kernel"])
     sd["patch_embed.proj.bias"] = p["embedding/bias"]
     sd["cls_token"] = p["cls"]
@@ -387,8 +390,8 @@ def test_export_and_convert_use_the_stem_mapping(checkpoint, tmp_path):
     export(model, tmp_path / "out.npz", "npz")
     with np.load(tmp_path / "out.npz") as written:
         assert set(written.files) == set(params)
-        for key in params:
-            np.testing.assert_array_equal(written[key], params[key], err_msg=key)
+        for key in params:  # GroupNorm parameters come back as (C,)
+            np.testing.assert_array_equal(written[key], params[key].reshape(written[key].shape), err_msg=key)
     # npz -> timm without a model: names and layouts as timm's vit_base_r50_s16 state dict.
     expected = timm_state_dict({k: v for k, v in params.items() if not k.startswith("pre_logits/")})
     convert_checkpoint(str(npz), str(tmp_path / "timm.safetensors"))

@@ -2,7 +2,7 @@
 checkpoints, and the numerical convention each source was run with.
 
 Canonical (original npz) stem keys sit at top level: `conv_root/kernel` (7,7,3,64),
-`gn_root/{scale,bias}`, `block{i}/unit{j}/conv{1,2,3}/kernel`, `.../gn{1,2,3}/{scale,bias}`,
+`gn_root/{scale,bias}` ((64,), or (1,1,1,64) in the 2020 files), `block{i}/unit{j}/conv{1,2,3}/kernel`, `.../gn{1,2,3}/{scale,bias}`,
 and `conv_proj` / `gn_proj` on the first unit of a stage. timm (`vit_base_r50_s16_*`) names
 them `patch_embed.backbone.stem.{conv,norm}`, `patch_embed.backbone.stages.{i-1}.blocks.{j-1}.
 {conv,norm}{1,2,3}` and `.downsample.{conv,norm}`, with PyTorch `(out, in, kh, kw)` kernels.
@@ -36,6 +36,11 @@ def _conv_to_hwio(array):
 
 def _conv_to_oihw(array):
     return array.transpose(3, 2, 0, 1)
+
+
+def _flat(array):
+    """GroupNorm parameters: the 2020 files (old `flax.nn`) store them as (1, 1, 1, C)."""
+    return array.reshape(array.shape[-1]) if len(array.shape) != 1 else array
 
 
 def _swap(mapping):
@@ -84,7 +89,7 @@ def canonical_to_timm(key):
         return None
     if kind == "conv":
         return (prefix + "weight", _conv_to_oihw) if param == "kernel" else None
-    return prefix + _NORM_TO_TIMM[param], None
+    return prefix + _NORM_TO_TIMM[param], _flat
 
 
 def _split_keras(key):
@@ -106,11 +111,11 @@ def keras_to_canonical(key):
 
 
 def canonical_to_keras(key):
-    """Canonical stem key -> (Keras variable path, None), else None."""
+    """Canonical stem key -> (Keras variable path, transform), else None."""
     if not (_CANONICAL_ROOT.match(key) or _CANONICAL_UNIT.match(key)):
         return None
     path, param = key.rsplit("/", 1)
-    return f"{STEM_NAME}/{path}/{_NORM_TO_KERAS.get(param, param)}", None
+    return f"{STEM_NAME}/{path}/{_NORM_TO_KERAS.get(param, param)}", None if param == "kernel" else _flat
 
 
 STEM_LAYOUT = StemLayout(
