@@ -116,20 +116,17 @@ def test_pre_logits_kept_only_when_asked_for(rng, tmp_path, caplog):
                                     weights=_save(tmp_path, original_npz_params(rng, **TINY), "plain.npz"))
 
 
-def test_hybrid_checkpoint_needs_a_stem(params, tmp_path):
+def test_hybrid_checkpoint_needs_a_stem(params, tmp_path, monkeypatch):
     from keras_vit.weights import stems
 
     class FakeStem:
         pass
 
-    layout = stems.StemLayout("test_resnet", FakeStem, ("test_root/", "test_block/"), {})
-    stems.register_stem(layout)
-    try:
-        params["test_root/kernel"] = np.zeros((7, 7, 3, 8), np.float32)
-        with pytest.raises(ValueError, match=r"checkpoint has a test_resnet stem \(test_root/, test_block/\)"):
-            keras_vit.VisionTransformer(**TINY, classes=5, weights=_save(tmp_path, params))
-    finally:
-        stems._STEMS.remove(layout)
+    monkeypatch.setattr(stems, "_STEMS", list(stems._STEMS))  # the registration is undone after
+    stems.register_stem(stems.StemLayout("test_resnet", FakeStem, ("test_root/", "test_block/"), {}))
+    params["test_root/kernel"] = np.zeros((7, 7, 3, 8), np.float32)
+    with pytest.raises(ValueError, match=r"checkpoint has a test_resnet stem \(test_root/, test_block/\)"):
+        keras_vit.VisionTransformer(**TINY, classes=5, weights=_save(tmp_path, params))
 
 
 def test_bad_weights_arguments(tmp_path):

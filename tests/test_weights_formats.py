@@ -65,6 +65,16 @@ def test_hf_b16_loads_and_exports_back(hf_b16, tmp_path, rng):
     np.testing.assert_allclose(hf_logits(tmp_path / "back", x), reference, atol=1e-4, rtol=0)
 
 
+def test_b16_weights_into_l16_name_keys_and_shapes(hf_b16):
+    with pytest.raises(ValueError) as info:
+        keras_vit.ViTL16(weights=str(hf_b16), classes=10)
+    message = str(info.value)
+    assert "'vit.embeddings.patch_embeddings.projection.weight'" in message
+    assert "(16, 16, 3, 768), the model expects (16, 16, None, 1024)" in message
+    assert "MultiHeadDotProductAttention_1/query/kernel" in message and "(768, 12, 64)" in message
+    assert "12 encoder blocks" in message and "the model has 24" in message
+
+
 def test_hf_small_variant_round_trip(hf_tiny, tmp_path, rng):
     x = images(rng)
     reference = hf_logits(hf_tiny, x)
@@ -206,6 +216,7 @@ def test_timm_export_layout_and_forward(npz_params, tmp_path, rng):
     reference = timm_reference_logits(state, x, TINY["num_heads"])
     np.testing.assert_allclose(logits(model, x), reference, atol=1e-5, rtol=0)
     again = keras_vit.VisionTransformer(**TINY, classes=7, classifier_activation=None, weights=str(tmp_path / "timm.safetensors"))
+    assert again.get_layer("encoder").approximate_gelu is False  # timm runs exact GELU
     np.testing.assert_allclose(logits(again, x), reference, atol=1e-5, rtol=0)
 
 

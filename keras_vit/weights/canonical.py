@@ -110,7 +110,7 @@ def _hf_gelu(config):
 def read_checkpoint(path, num_heads=None):
     """Opens any supported checkpoint at `path` as a canonical `Checkpoint`.
 
-    `num_heads` is needed only for layouts that do not record it (timm, `.weights.h5`); by
+    `num_heads` is used only for layouts that do not record it (timm, `.weights.h5`); by
     default the head count of the standard variant of that width is assumed.
     """
     raw = readers.open_checkpoint(path)
@@ -145,8 +145,6 @@ def read_checkpoint(path, num_heads=None):
         stored_heads = raw.meta.get("num_heads")
     heads = None
     if family != "original":
-        if stored_heads is not None and num_heads is not None and stored_heads != num_heads:
-            raise ValueError(f"{what} has {stored_heads} attention heads; the model has {num_heads}.")
         heads = stored_heads or num_heads or guess_num_heads(_width(tensors, family))
     tensors = convert(
         tensors, LAYOUTS[family], to_canonical=True, heads=heads,

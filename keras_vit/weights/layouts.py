@@ -163,4 +163,3 @@ KERAS = (
 )
 
 LAYOUTS = {"original": CANONICAL, "timm": TIMM, "hf": HF, "keras": KERAS}
-NEEDS_HEADS = {"timm", "hf", "keras"}

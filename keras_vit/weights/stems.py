@@ -47,10 +47,6 @@ def register_stem(layout):
     _STEMS[:] = [s for s in _STEMS if s.name != layout.name] + [layout]
 
 
-def registered_stems():
-    return tuple(_STEMS)
-
-
 def stem_of_keys(canonical_keys):
     """The registered stem whose keys appear in a canonical checkpoint, or None."""
     return next((s for s in _STEMS if any(s.owns(k) for k in canonical_keys)), None)
