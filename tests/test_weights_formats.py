@@ -87,7 +87,7 @@ def test_hf_small_variant_round_trip(hf_tiny, tmp_path, rng):
 
 
 def test_hf_single_weights_file_and_torch_bin(hf_tiny, tmp_path, rng):
-    """A bare model.safetensors (config.json alongside) and a pytorch_model.bin state dict."""
+    """A bare model.safetensors (config.json alongside), a pytorch_model.bin state dict, shards."""
     x = images(rng)
     reference = hf_logits(hf_tiny, x)
     file_model = keras_vit.VisionTransformer(
@@ -99,6 +99,11 @@ def test_hf_single_weights_file_and_torch_bin(hf_tiny, tmp_path, rng):
     (tmp_path / "config.json").write_text((hf_tiny / "config.json").read_text())
     bin_model = keras_vit.VisionTransformer(**TINY, classes=5, classifier_activation=None, weights=str(tmp_path))
     np.testing.assert_allclose(logits(bin_model, x), reference, atol=1e-5, rtol=0)
+    sharded = tmp_path / "sharded"
+    transformers.ViTForImageClassification.from_pretrained(hf_tiny).save_pretrained(sharded, max_shard_size="20KB")
+    assert (sharded / "model.safetensors.index.json").exists()
+    sharded_model = keras_vit.VisionTransformer(**TINY, classes=5, classifier_activation=None, weights=str(sharded))
+    np.testing.assert_allclose(logits(sharded_model, x), reference, atol=1e-5, rtol=0)
 
 
 @pytest.fixture
