@@ -24,7 +24,3 @@ def position_layer(model):
 def encoder_layer(model):
     return _layer(model, "encoder")
 
-
-def is_hybrid(model):
-    """Whether the patches come from a CNN stem rather than from the pixels."""
-    return any(layer.name == "stem" for layer in model.layers)
