@@ -400,3 +400,22 @@ def test_export_and_convert_use_the_stem_mapping(checkpoint, tmp_path):
     assert set(converted) == set(expected)
     for key in expected:
         np.testing.assert_allclose(converted[key], expected[key], rtol=1e-6, atol=1e-7, err_msg=key)
+
+
+def test_r50_builder_takes_the_stem_convention_of_the_checkpoint(checkpoint, tmp_path, monkeypatch):
+    from safetensors.numpy import save_file
+
+    import keras_vit.applications.hybrid as hybrid
+
+    params, npz, _ = checkpoint
+    timm_file = tmp_path / "timm.safetensors"
+    save_file(timm_state_dict(params), str(timm_file))
+    built = {}
+    monkeypatch.setattr(hybrid, "VisionTransformer", lambda **kwargs: built.update(kwargs))
+    expected = {None: ORIGINAL_NUMERICS, str(npz): ORIGINAL_NUMERICS, str(timm_file): TIMM_NUMERICS,
+                "imagenet": ORIGINAL_NUMERICS, "vit_base_r50_s16_384.orig_in21k_ft_in1k": TIMM_NUMERICS}
+    for weights, numerics in expected.items():
+        R50ViTB16(weights=weights)
+        stem = built["stem"]
+        assert (stem.conv_epsilon, stem.conv_epsilon_on_variance, stem.norm_epsilon) == tuple(numerics.values())
+        assert (built["patch_size"], built["hidden_dim"], stem.stages, stem.name) == (1, 768, (3, 4, 9), "stem")
