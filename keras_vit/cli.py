@@ -5,7 +5,7 @@ import importlib
 import sys
 
 # Each module has `register(subparsers)`, which adds its sub-commands with a `func(args)`.
-COMMAND_MODULES = ("keras_vit.applications.commands", "keras_vit.weights.commands", "keras_vit.inspect.commands")
+COMMAND_MODULES = ("keras_vit.applications.commands", "keras_vit.weights.commands", "keras_vit.inspect.commands", "keras_vit.training.commands")
 
 
 def build_parser():

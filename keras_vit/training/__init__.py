@@ -1,0 +1,28 @@
+"""Training ViTs with `model.fit` on TensorFlow, JAX and PyTorch.
+
+    from keras_vit import training
+    result = training.train("digits")                      # the quick default
+    result = training.train("finetune", data="cifar10", weights="...", learning_rate=0.01)
+"""
+
+from keras_vit.training.checkpointing import TrainingDiverged
+from keras_vit.training.data import DatasetUnavailableError, Source, load_source
+from keras_vit.training.pipeline import Augmentation, eval_dataset, train_dataset
+from keras_vit.training.recipes import RECIPES, TrainConfig, recipe
+from keras_vit.training.trainer import TrainResult, build_model, train
+
+__all__ = [
+    "RECIPES",
+    "Augmentation",
+    "DatasetUnavailableError",
+    "Source",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingDiverged",
+    "build_model",
+    "eval_dataset",
+    "load_source",
+    "recipe",
+    "train",
+    "train_dataset",
+]

@@ -1,0 +1,129 @@
+"""Image transforms for the input pipeline, in TensorFlow ops (they run inside `tf.data`).
+
+Per example, randomness is stateless and keyed by a `(2,)` seed so a pipeline is
+reproducible and can be resumed at any example. The batch-level Keras layers (RandAugment,
+MixUp, CutMix) work inside `tf.data` on every Keras backend.
+"""
+
+import keras
+import tensorflow as tf
+
+
+def to_rgb(image):
+    """uint8 image with 1, 3 or 4 channels -> 3 channels (grey repeated, alpha dropped)."""
+    channels = tf.shape(image)[-1]
+    image = tf.cond(channels == 1, lambda: tf.repeat(image[..., :1], 3, axis=-1), lambda: image[..., :3])
+    return tf.ensure_shape(image, [None, None, 3])
+
+
+def crop_window(shape, seed, area_range=(0.05, 1.0), aspect_range=(3 / 4, 4 / 3)):
+    """`(begin, size)` of a random crop of an image of `shape` covering `area_range` of its
+    area with width / height in `aspect_range` (the whole image if none fits in 10 tries)."""
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        shape,
+        bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+        seed=seed,
+        min_object_covered=0.0,
+        aspect_ratio_range=aspect_range,
+        area_range=area_range,
+        max_attempts=10,
+        use_image_if_no_bounding_boxes=True,
+    )
+    return begin, size
+
+
+def inception_crop(image, size, seed, area_range=(0.05, 1.0), aspect_range=(3 / 4, 4 / 3)):
+    """The "inception crop" of the original ViT input pipeline (Szegedy et al., 2015): a
+    `crop_window`, resized to `size` x `size`."""
+    begin, crop_size = crop_window(tf.shape(image), seed, area_range, aspect_range)
+    crop = tf.slice(image, begin, crop_size)
+    return tf.ensure_shape(resize(crop, (size, size)), [size, size, 3])
+
+
+def resize(image, size):
+    """Bilinear resize (antialiased when shrinking) to `size`, float32 in the input's range."""
+    return tf.image.resize(tf.cast(image, tf.float32), size, method="bilinear", antialias=True)
+
+
+def center_crop(image, size, crop_fraction=1.0):
+    """Resize the shorter side to `size / crop_fraction`, then take the central `size` square."""
+    shape = tf.cast(tf.shape(image)[:2], tf.float32)
+    scale = size / crop_fraction / tf.reduce_min(shape)
+    scaled = tf.maximum(tf.cast(tf.round(shape * scale), tf.int32), size)
+    image = resize(image, scaled)
+    top = (scaled[0] - size) // 2
+    left = (scaled[1] - size) // 2
+    image = tf.image.crop_to_bounding_box(image, top, left, size, size)
+    return tf.ensure_shape(image, [size, size, 3])
+
+
+def scale_to_unit(image):
+    """[0, 255] -> [-1, 1], as `keras_vit.preprocess_input`: `(x - 127.5) / 127.5`."""
+    return (tf.cast(image, tf.float32) - 127.5) / 127.5
+
+
+def train_transform(image, seed, size, area_range, aspect_range, flip):
+    """Inception crop to `size` and an optional horizontal flip; float32 pixels in [0, 255]."""
+    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    image = inception_crop(to_rgb(image), size, crop_seed, area_range, aspect_range)
+    if flip:
+        image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+    return image
+
+
+def eval_transform(image, size, crop_fraction=1.0):
+    """Resize + centre crop to `size`; float32 pixels in [0, 255]."""
+    return center_crop(to_rgb(image), size, crop_fraction)
+
+
+class _Equalization(keras.layers.Equalization):
+    """`keras.layers.Equalization` whose histogram takes the TensorFlow path inside tf.data.
+
+    Keras picks its slow 256-step histogram whenever the *global* backend is JAX, even when
+    the layer runs on TensorFlow ops inside `tf.data`; that makes RandAugment ~100x slower.
+    """
+
+    def _custom_histogram_fixed_width(self, values, value_range, nbins):
+        if self.backend.name == "jax":
+            return super()._custom_histogram_fixed_width(values, value_range, nbins)
+        values = self.backend.cast(values, "float32")
+        low, high = (float(v) for v in value_range)
+        indices = self.backend.cast((values - low) * (nbins - 1) / (high - low), "int32")
+        indices = self.backend.numpy.reshape(self.backend.numpy.clip(indices, 0, nbins - 1), [-1])
+        return self.backend.numpy.bincount(indices, minlength=nbins)
+
+
+def rand_augment(num_ops, factor, seed=None):
+    """`keras.layers.RandAugment` on [0, 255] images, safe and fast in tf.data on all backends."""
+    layer = keras.layers.RandAugment(value_range=(0, 255), num_ops=num_ops, factor=factor, seed=seed)
+    layer.equalization = _Equalization(value_range=(0, 255))
+    return layer
+
+
+def mix_batch(mixup_alpha, cutmix_alpha, seed=None):
+    """A batch transform `(images, one_hot_labels) -> mixed` with MixUp and/or CutMix.
+
+    With both, each batch gets one of the two at random (as timm does).
+    """
+    layers = []
+    if mixup_alpha > 0:
+        layers.append(keras.layers.MixUp(alpha=mixup_alpha, seed=seed))
+    if cutmix_alpha > 0:
+        layers.append(keras.layers.CutMix(factor=cutmix_alpha, seed=None if seed is None else seed + 1))
+    if not layers:
+        return None
+
+    def apply(layer, images, labels):
+        out = layer({"images": images, "labels": labels})
+        return out["images"], out["labels"]
+
+    def mix(images, labels):
+        if len(layers) == 1:
+            return apply(layers[0], images, labels)
+        return tf.cond(
+            tf.random.uniform(()) < 0.5,
+            lambda: apply(layers[0], images, labels),
+            lambda: apply(layers[1], images, labels),
+        )
+
+    return mix

@@ -1,0 +1,120 @@
+"""`keras-vit train | evaluate | predict | export`."""
+
+import dataclasses
+import os
+import sys
+
+from keras_vit.training.recipes import FIELD_HELP, RECIPES, TrainConfig, parse_value
+
+
+def _config_from_args(args):
+    from keras_vit.training.recipes import recipe
+
+    config = recipe(args.recipe)
+    overrides = {}
+    for field in dataclasses.fields(TrainConfig):
+        value = getattr(args, field.name, None)
+        if value is not None:
+            overrides[field.name] = parse_value(field.name, value)
+    return config.replace(**overrides).override(args.set or [])
+
+
+def _train(args):
+    from keras_vit.training import TrainingDiverged, train
+
+    config = _config_from_args(args)
+    try:
+        result = train(config, resume=not args.fresh)
+    except TrainingDiverged as error:
+        print(f"keras-vit train: {error}", file=sys.stderr)
+        return 3
+    if os.environ.get("RANK", "0") != "0":  # torchrun: only rank 0 reports
+        return 0
+    epoch = f" (epoch {result.best_epoch})" if result.best_epoch else ""
+    print(
+        f"\nValidation top-1 {result.top1:.4f}, top-5 {result.top5:.4f}, loss {result.val_loss:.4f} "
+        f"of the best model{epoch}; {result.steps} steps in {result.seconds:.0f} s "
+        f"({result.precision}, strategy {result.strategy})."
+    )
+    print(f"Saved the best model to {result.best_path} (last epoch: {result.final_path}).")
+    print(f"Logs: {result.run_dir}/log.csv, TensorBoard: {result.run_dir}/tensorboard")
+    return 0
+
+
+def _evaluate(args):
+    from keras_vit.training.inference import evaluate
+
+    options = {"data_dir": args.data_dir} if args.data_dir else {}
+    results = evaluate(args.model, args.data, split=args.split, batch_size=args.batch_size, **options)
+    print(f"{args.model} on {results['examples']} {args.split} examples: top-1 {results['top1']:.4f}, "
+          f"top-5 {results['top5']:.4f}, loss {results['loss']:.4f}")
+
+
+def _predict(args):
+    from keras_vit.training.inference import load_model, predict
+
+    model, names, crop = load_model(args.model, args.weights)
+    for path, best in zip(args.images, predict(model, args.images, class_names=names, top=args.top, crop_fraction=crop)):
+        print(path)
+        for rank, (index, name, prob) in enumerate(best, 1):
+            print(f"  {rank}. {name:<30} {prob:.4f}  (class {index})")
+
+
+def _export(args):
+    from keras_vit.training.export import export
+
+    formats = ("saved_model", "onnx") if args.format == "all" else (args.format,)
+    for fmt in formats:
+        output = args.output if len(formats) == 1 else f"{args.output}.{'onnx' if fmt == 'onnx' else 'savedmodel'}"
+        error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol)
+        checked = "" if error is None else f"; outputs match the Keras model within {error:.2e}"
+        print(f"Exported {args.model} as {fmt} to {output}{checked}.")
+
+
+def _add_field_flags(parser):
+    group = parser.add_argument_group("training options (each overrides the recipe)")
+    for field in dataclasses.fields(TrainConfig):
+        if field.name == "recipe":
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        group.add_argument(flag, dest=field.name, metavar="VALUE", default=None, help=FIELD_HELP[field.name])
+
+
+def register(subparsers):
+    train = subparsers.add_parser(
+        "train",
+        help="train a ViT (no arguments: a small ViT on the digits data set)",
+        description=(
+            "Train with model.fit on the current Keras backend. Rerun the same command to resume "
+            "after an interruption. Multi-process PyTorch: torchrun --nproc_per_node=N "
+            "$(which keras-vit) train --strategy torch_ddp ..."
+        ),
+    )
+    train.add_argument("--recipe", default="digits", choices=sorted(RECIPES), help="base recipe (default digits)")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any option (repeatable)")
+    train.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in the run directory")
+    _add_field_flags(train)
+    train.set_defaults(func=_train)
+
+    evaluate = subparsers.add_parser("evaluate", help="top-1 / top-5 of a trained model on a data set")
+    evaluate.add_argument("model", help="a .keras model (e.g. runs/digits/best.keras)")
+    evaluate.add_argument("--data", help="data set (default: the one recorded with the run)")
+    evaluate.add_argument("--data-dir", help="tensorflow-datasets data_dir")
+    evaluate.add_argument("--split", default="validation", choices=("validation", "train"))
+    evaluate.add_argument("--batch-size", type=int, default=128)
+    evaluate.set_defaults(func=_evaluate)
+
+    predict = subparsers.add_parser("predict", help="top-5 classes of image files")
+    predict.add_argument("images", nargs="+", metavar="IMAGE")
+    predict.add_argument("--model", default="ViTB16", help="a .keras model or a variant name (default ViTB16)")
+    predict.add_argument("--weights", default="imagenet", help="weights of a variant (default imagenet)")
+    predict.add_argument("--top", type=int, default=5)
+    predict.set_defaults(func=_predict)
+
+    export = subparsers.add_parser("export", help="export a .keras model to a TF SavedModel and/or ONNX")
+    export.add_argument("model", help="a .keras model")
+    export.add_argument("--format", default="all", choices=("saved_model", "onnx", "all"))
+    export.add_argument("--output", required=True, help="output path (with --format all: PATH.savedmodel and PATH.onnx)")
+    export.add_argument("--atol", type=float, default=1e-4, help="largest accepted output difference")
+    export.add_argument("--no-verify", action="store_true", help="skip loading the export and comparing outputs")
+    export.set_defaults(func=_export)

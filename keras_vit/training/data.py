@@ -1,0 +1,389 @@
+"""Image-classification data sources as `tf.data` datasets of `(uint8 image, int label)`.
+
+Four kinds of source, chosen by `load_source(data, ...)`:
+
+- `"digits"`: scikit-learn's handwritten digits (8x8 grey, shipped inside scikit-learn),
+  scaled to 0-255 RGB; the default that needs no download.
+- a tensorflow-datasets name (`"cifar10"`, `"imagenet2012"`, `"oxford_iiit_pet"`, ...),
+  optionally with a config (`"imagenette/320px-v2"`), read from `data_dir` (default
+  `TFDS_DATA_DIR` or `~/tensorflow_datasets`) and downloaded / prepared there if needed,
+  reading manual downloads from `manual_dir`.
+- a folder with one sub-folder of images per class (or `train/` and `val/` folders of those).
+- NumPy arrays `(x, y)` or `((x_train, y_train), (x_val, y_val))`, or an `.npz` file with
+  `x_train, y_train` and optionally `x_val, y_val` (or `x_test, y_test`).
+
+Images of the folder source are decoded in the pipeline (`Source.decode`), the others are
+already pixels.
+"""
+
+import dataclasses
+import difflib
+import os
+import warnings
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+VALIDATION_FOLDERS = ("val", "validation", "test")
+_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
+
+
+class DatasetUnavailableError(OSError):
+    """A known dataset that is not on this machine and could not be downloaded / prepared."""
+
+
+@dataclasses.dataclass
+class Source:
+    """A train and a validation split of `(image, label)` examples and their classes."""
+
+    name: str
+    train: tf.data.Dataset
+    validation: Optional[tf.data.Dataset]
+    train_size: int
+    validation_size: int
+    class_names: list
+    decode: Optional[Callable] = None  # maps an element to `(uint8 HxWx3 image, label)`
+
+    @property
+    def num_classes(self):
+        return len(self.class_names)
+
+
+def load_source(
+    data="digits",
+    *,
+    data_dir=None,
+    manual_dir=None,
+    download=True,
+    train_split=None,
+    val_split=None,
+    val_fraction=0.1,
+    on_corrupt="skip",
+    seed=0,
+):
+    """Returns the `Source` for `data` (see the module docstring for what `data` may be).
+
+    `train_split` / `val_split` pick tensorflow-datasets splits (with slicing, e.g.
+    `"train[:90%]"`); by default the train split and "validation" (else "test"). Sources
+    without a validation split hold out `val_fraction` of the training examples (a fixed,
+    class-stratified draw with `seed`). `on_corrupt` ("skip" or "error") is what an image
+    folder does with a file that is not a readable image.
+    """
+    if isinstance(data, (tuple, list)):
+        return from_arrays(data, val_fraction=val_fraction, seed=seed)
+    if not isinstance(data, (str, os.PathLike)):
+        raise ValueError(
+            f"data={type(data).__name__} is not supported; expected 'digits', a "
+            "tensorflow-datasets name, an image folder, an .npz file or (x, y) arrays."
+        )
+    data = os.fspath(data)
+    if data == "digits":
+        return digits(val_fraction=0.2, seed=seed)
+    if data.endswith(".npz"):
+        if not os.path.isfile(data):
+            raise FileNotFoundError(f"No such .npz file: {data}")
+        return from_npz(data, val_fraction=val_fraction, seed=seed)
+    if os.path.isdir(data):
+        return from_folder(data, val_fraction=val_fraction, on_corrupt=on_corrupt, seed=seed)
+    if os.sep in data and not os.path.exists(data):
+        raise FileNotFoundError(f"No such image folder: {data}")
+    return from_tfds(
+        data,
+        data_dir=data_dir,
+        manual_dir=manual_dir,
+        download=download,
+        train_split=train_split,
+        val_split=val_split,
+        val_fraction=val_fraction,
+        seed=seed,
+    )
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+def _as_rgb_uint8(images, what):
+    images = np.asarray(images)
+    if images.ndim == 3:
+        images = images[..., None]
+    if images.ndim != 4 or images.shape[-1] not in (1, 3):
+        raise ValueError(
+            f"{what} has shape {images.shape}; expected (N, H, W), (N, H, W, 1) or (N, H, W, 3)."
+        )
+    if images.dtype != np.uint8:
+        if images.size and (images.min() < 0 or images.max() > 255):
+            raise ValueError(f"{what} has values outside [0, 255]; pass raw pixel values.")
+        images = np.round(images).astype(np.uint8)
+    if images.shape[-1] == 1:
+        images = np.repeat(images, 3, axis=-1)
+    return images
+
+
+def _as_labels(labels, count, what):
+    labels = np.asarray(labels).reshape(-1)
+    if labels.shape[0] != count:
+        raise ValueError(f"{what} has {labels.shape[0]} labels for {count} images.")
+    if not np.issubdtype(labels.dtype, np.integer) or (labels.size and labels.min() < 0):
+        raise ValueError(f"{what} must hold integer class indices >= 0, got dtype {labels.dtype}.")
+    return labels.astype(np.int64)
+
+
+def stratified_split(labels, fraction, seed):
+    """Indices `(train, held_out)` with `fraction` of each class held out (at least one)."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"val_fraction={fraction} must be between 0 and 1.")
+    rng = np.random.default_rng(seed)
+    held = []
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        if len(members) > 1:
+            held.extend(members[: max(1, int(round(fraction * len(members))))])
+    held = np.sort(np.asarray(held, dtype=np.int64))
+    return np.setdiff1d(np.arange(len(labels)), held), held
+
+
+def _array_source(name, train, validation, class_names=None):
+    (x_train, y_train), (x_val, y_val) = train, validation
+    classes = int(max(y_train.max(initial=0), y_val.max(initial=0))) + 1
+    return Source(
+        name=name,
+        train=tf.data.Dataset.from_tensor_slices((x_train, y_train)),
+        validation=tf.data.Dataset.from_tensor_slices((x_val, y_val)),
+        train_size=len(y_train),
+        validation_size=len(y_val),
+        class_names=list(class_names or [str(i) for i in range(classes)]),
+    )
+
+
+def from_arrays(data, *, val_fraction=0.1, seed=0, name="arrays", class_names=None):
+    """A `Source` from `(x, y)` (a validation part is held out) or `((x, y), (x_val, y_val))`."""
+    if len(data) == 2 and all(isinstance(part, (tuple, list)) and len(part) == 2 for part in data):
+        (x, y), (x_val, y_val) = data
+        x, x_val = _as_rgb_uint8(x, "x_train"), _as_rgb_uint8(x_val, "x_val")
+        y, y_val = _as_labels(y, len(x), "y_train"), _as_labels(y_val, len(x_val), "y_val")
+    elif len(data) == 2:
+        x, y = _as_rgb_uint8(data[0], "x"), None
+        y = _as_labels(data[1], len(x), "y")
+        train, held = stratified_split(y, val_fraction, seed)
+        x, x_val, y, y_val = x[train], x[held], y[train], y[held]
+    else:
+        raise ValueError("Arrays must be given as (x, y) or ((x_train, y_train), (x_val, y_val)).")
+    return _array_source(name, (x, y), (x_val, y_val), class_names)
+
+
+def from_npz(path, *, val_fraction=0.1, seed=0):
+    """A `Source` from an `.npz` with `x_train, y_train` [+ `x_val, y_val` or `x_test, y_test`]."""
+    with np.load(path) as archive:
+        keys = set(archive.files)
+        if not {"x_train", "y_train"} <= keys:
+            raise ValueError(f"{path} must contain x_train and y_train arrays, has {sorted(keys)}.")
+        train = (archive["x_train"], archive["y_train"])
+        for prefix in ("val", "test"):
+            if {f"x_{prefix}", f"y_{prefix}"} <= keys:
+                data = (train, (archive[f"x_{prefix}"], archive[f"y_{prefix}"]))
+                break
+        else:
+            data = train
+        names = [str(n) for n in archive["class_names"]] if "class_names" in keys else None
+    return from_arrays(data, val_fraction=val_fraction, seed=seed, name=path, class_names=names)
+
+
+def digits(val_fraction=0.2, seed=0):
+    """scikit-learn's 1797 handwritten digits (8x8, 0-16) as 0-255 RGB, 80/20 stratified split."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)
+    labels = bunch.target.astype(np.int64)
+    train, held = stratified_split(labels, val_fraction, seed)
+    images = np.repeat(images[..., None], 3, axis=-1)
+    return _array_source(
+        "digits",
+        (images[train], labels[train]),
+        (images[held], labels[held]),
+        [str(i) for i in range(10)],
+    )
+
+
+# --------------------------------------------------------------------------- image folder
+
+
+def _readable_image(path):
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(16)
+    except OSError:
+        return False
+    return any(head.startswith(magic) for magic in _MAGIC)
+
+
+def _scan_folder(root, on_corrupt):
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    if not classes:
+        raise ValueError(f"Image folder {root} has no class sub-folders (expected root/CLASS/IMAGE).")
+    paths, labels, corrupt = [], [], []
+    for label, name in enumerate(classes):
+        for folder, _, files in sorted(os.walk(os.path.join(root, name))):
+            for file in sorted(files):
+                if not file.lower().endswith(IMAGE_EXTENSIONS):
+                    continue
+                path = os.path.join(folder, file)
+                if _readable_image(path):
+                    paths.append(path)
+                    labels.append(label)
+                else:
+                    corrupt.append(path)
+    if corrupt:
+        listed = ", ".join(corrupt[:5]) + (f" and {len(corrupt) - 5} more" if len(corrupt) > 5 else "")
+        if on_corrupt == "error":
+            raise ValueError(f"{len(corrupt)} file(s) in {root} are not readable images: {listed}.")
+        warnings.warn(f"Skipping {len(corrupt)} unreadable image file(s) in {root}: {listed}.", stacklevel=3)
+    if not paths:
+        raise ValueError(f"Image folder {root} has no images with extensions {IMAGE_EXTENSIONS}.")
+    return classes, np.asarray(paths), np.asarray(labels, dtype=np.int64)
+
+
+def decode_image_file(path, label):
+    """Reads and decodes a JPEG / PNG / GIF / BMP file to a uint8 RGB image."""
+    image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+    return tf.ensure_shape(image, [None, None, 3]), label
+
+
+def from_folder(root, *, val_fraction=0.1, on_corrupt="skip", seed=0):
+    """A `Source` from `root/CLASS/*.jpg` (validation held out) or `root/{train,val}/CLASS/*`.
+
+    Files whose first bytes are not a JPEG, PNG, GIF or BMP signature are skipped with a
+    warning naming them (`on_corrupt="skip"`), or raise a ValueError (`"error"`). A file with
+    a valid signature that still fails to decode (e.g. truncated) is dropped by the pipeline
+    with "skip", and stops it with a `tf.errors.InvalidArgumentError` with "error".
+    """
+    if on_corrupt not in ("skip", "error"):
+        raise ValueError(f"on_corrupt={on_corrupt!r} must be 'skip' or 'error'.")
+    val_root = next((os.path.join(root, n) for n in VALIDATION_FOLDERS if os.path.isdir(os.path.join(root, n))), None)
+    if os.path.isdir(os.path.join(root, "train")) and val_root:
+        classes, paths, labels = _scan_folder(os.path.join(root, "train"), on_corrupt)
+        val_classes, val_paths, val_labels = _scan_folder(val_root, on_corrupt)
+        if val_classes != classes:
+            raise ValueError(f"{val_root} has classes {val_classes}, the train folder {classes}.")
+    else:
+        classes, paths, labels = _scan_folder(root, on_corrupt)
+        train, held = stratified_split(labels, val_fraction, seed)
+        paths, val_paths, labels, val_labels = paths[train], paths[held], labels[train], labels[held]
+    return Source(
+        name=os.fspath(root),
+        train=tf.data.Dataset.from_tensor_slices((paths, labels)),
+        validation=tf.data.Dataset.from_tensor_slices((val_paths, val_labels)),
+        train_size=len(paths),
+        validation_size=len(val_paths),
+        class_names=classes,
+        decode=decode_image_file,
+    )
+
+
+# --------------------------------------------------------------------------- tensorflow-datasets
+
+
+def _tfds_builder(name, data_dir):
+    import tensorflow_datasets as tfds
+
+    try:
+        return tfds.builder(name, data_dir=data_dir)
+    except tfds.core.DatasetNotFoundError:
+        close = difflib.get_close_matches(name.split("/")[0], tfds.list_builders(), n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(
+            f"Unknown dataset {name!r}: not 'digits', an existing image folder or .npz file, nor "
+            f"a tensorflow-datasets name.{hint} Valid names: `python -c \"import "
+            "tensorflow_datasets as tfds; print(tfds.list_builders())\"` or "
+            "https://www.tensorflow.org/datasets/catalog/overview."
+        ) from None
+
+
+def _features(builder):
+    import tensorflow_datasets as tfds
+
+    features = builder.info.features
+    image_key = next((k for k, f in features.items() if isinstance(f, tfds.features.Image)), None)
+    label_key = next((k for k, f in features.items() if isinstance(f, tfds.features.ClassLabel)), None)
+    if image_key is None or label_key is None:
+        raise ValueError(
+            f"Dataset {builder.name!r} is not an image-classification dataset: it needs an Image "
+            f"and a ClassLabel feature, has {dict(features.items())}."
+        )
+    return image_key, label_key
+
+
+def _prepare(builder, name, manual_dir, download):
+    import tensorflow_datasets as tfds
+
+    if builder.is_prepared():
+        return
+    where = builder.data_dir_root
+    if not download:
+        raise DatasetUnavailableError(
+            f"Dataset {name!r} is not prepared in {where} and download=False. Prepare it with "
+            f"`tfds build {name} --data_dir {where}` (where there is network), or point data_dir / "
+            "TFDS_DATA_DIR at a folder that holds it."
+        )
+    config = tfds.download.DownloadConfig(manual_dir=manual_dir)
+    try:
+        builder.download_and_prepare(download_config=config)
+    except Exception as error:  # network, missing manual files, disk: all say the same to users
+        raise DatasetUnavailableError(
+            f"Could not download and prepare dataset {name!r} into {where}: "
+            f"{type(error).__name__}: {error}. If this machine is offline, run `tfds build {name} "
+            f"--data_dir DIR` where there is network and copy DIR here (then pass data_dir=DIR or "
+            "set TFDS_DATA_DIR). Datasets with manual downloads (e.g. imagenet2012) need their "
+            f"archives in manual_dir (now {manual_dir or 'DIR/downloads/manual'})."
+        ) from error
+
+
+def from_tfds(
+    name,
+    *,
+    data_dir=None,
+    manual_dir=None,
+    download=True,
+    train_split=None,
+    val_split=None,
+    val_fraction=0.1,
+    seed=0,
+):
+    """A `Source` from a tensorflow-datasets image-classification dataset."""
+    import tensorflow_datasets as tfds
+
+    builder = _tfds_builder(name, data_dir or os.environ.get("TFDS_DATA_DIR"))
+    image_key, label_key = _features(builder)
+    _prepare(builder, name, manual_dir, download)
+    splits = set(builder.info.splits.keys())
+    train_split = train_split or "train"
+    if val_split is None:
+        val_split = next((s for s in ("validation", "test") if s in splits), None)
+        if val_split is None and not splits:  # metadata unknown (e.g. mocked): assume "test"
+            val_split = "test"
+    if val_split is None:
+        percent = int(round(100 * val_fraction))
+        train_split, val_split = f"{train_split}[{percent}%:]", f"{train_split}[:{percent}%]"
+
+    def read(split, shuffle):
+        config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=True)
+        try:
+            ds = builder.as_dataset(split=split, shuffle_files=shuffle, read_config=config)
+        except (ValueError, KeyError) as error:
+            raise ValueError(f"Split {split!r} of {name!r}: {error} (known splits: {sorted(splits)}).") from None
+        return ds.map(lambda ex: (ex[image_key], ex[label_key]), num_parallel_calls=tf.data.AUTOTUNE)
+
+    train, validation = read(train_split, True), read(val_split, False)
+    sizes = [int(ds.cardinality()) for ds in (train, validation)]
+    if min(sizes) < 0:
+        sizes = [int(ds.reduce(np.int64(0), lambda n, _: n + 1)) for ds in (train, validation)]
+    return Source(
+        name=name,
+        train=train,
+        validation=validation,
+        train_size=sizes[0],
+        validation_size=sizes[1],
+        class_names=list(builder.info.features[label_key].names),
+    )

@@ -1,0 +1,147 @@
+"""Export a trained model for serving: TensorFlow SavedModel and ONNX, each checked after writing.
+
+- SavedModel: Keras' own `model.export(format="tf_saved_model")` (TensorFlow and JAX
+  backends); on PyTorch the `.keras` file is exported by a TensorFlow-backend subprocess.
+- ONNX: Keras' own `model.export(format="onnx")` where its converter is installed
+  (tf2onnx / jax2onnx); otherwise the PyTorch backend's `torch.onnx` dynamo exporter with a
+  dynamic batch axis (in a PyTorch-backend subprocess when the current backend is another).
+
+`verify` loads the artefact (tf.saved_model / onnxruntime), runs it on random images and
+compares with the Keras model: the export is rejected if they differ by more than `atol`.
+"""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import keras
+import numpy as np
+
+FORMATS = ("saved_model", "onnx")
+
+
+class ExportMismatch(ValueError):
+    """The exported model's outputs differ from the Keras model's."""
+
+
+def _input_shape(model):
+    shape = tuple(model.inputs[0].shape[1:])
+    if None in shape:
+        raise ValueError(f"Export needs a fixed input shape, the model takes {shape}.")
+    return shape
+
+
+def sample_images(model, count=3, seed=0):
+    """Random inputs in [-1, 1] of the model's input shape."""
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1.0, 1.0, (count, *_input_shape(model))).astype("float32")
+
+
+def _run_in_backend(backend, fmt, model_path, output):
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    command = [sys.executable, "-m", "keras_vit.training.export", fmt, model_path, output]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"Exporting {model_path} to {fmt} with the {backend} backend failed:\n{proc.stderr[-3000:]}")
+
+
+def _torch_onnx(model, output):
+    import torch
+
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    example = torch.zeros((2, *_input_shape(model)))
+    model.eval()
+    program = torch.onnx.export(
+        model,
+        (example,),
+        input_names=["images"],
+        output_names=["predictions"],
+        dynamo=True,
+        dynamic_shapes=(({0: batch},),),
+        verbose=False,
+    )
+    program.optimize()
+    program.save(output)
+
+
+def _write(model, fmt, output):
+    """Exports an in-memory model in this process; False if this backend cannot."""
+    backend = keras.backend.backend()
+    if fmt == "saved_model":
+        if backend not in ("tensorflow", "jax"):
+            return False
+        model.export(output, format="tf_saved_model", verbose=False)
+        return True
+    keras_converter = {"tensorflow": "tf2onnx", "jax": "jax2onnx"}.get(backend)
+    if keras_converter and importlib.util.find_spec(keras_converter):
+        model.export(output, format="onnx", verbose=False)
+        return True
+    if backend == "torch":
+        _torch_onnx(model, output)
+        return True
+    return False
+
+
+def export(model, fmt, output, *, verify_outputs=True, atol=1e-4):
+    """Writes `model` (a `keras.Model` or a `.keras` path) as `fmt` to `output`; returns the
+    largest absolute difference found by `verify` (None when not verified)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format={fmt!r}; expected one of {FORMATS}.")
+    model_path = None
+    if isinstance(model, (str, os.PathLike)):
+        model_path = os.fspath(model)
+        model = keras.saving.load_model(model_path)
+    if os.path.exists(output):
+        shutil.rmtree(output) if os.path.isdir(output) else os.remove(output)
+    parent = os.path.dirname(os.path.abspath(output))
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".tmp-{os.getpid()}-{os.path.basename(output)}")
+    try:
+        if not _write(model, fmt, tmp):
+            with tempfile.TemporaryDirectory() as folder:
+                if model_path is None:
+                    model_path = os.path.join(folder, "model.keras")
+                    model.save(model_path)
+                _run_in_backend("tensorflow" if fmt == "saved_model" else "torch", fmt, model_path, tmp)
+        os.replace(tmp, output)
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp)
+        elif os.path.exists(tmp):
+            os.remove(tmp)
+    return verify(model, fmt, output, atol=atol) if verify_outputs else None
+
+
+def run_exported(fmt, path, images):
+    """Outputs of an exported model on `images` (NumPy)."""
+    if fmt == "saved_model":
+        import tensorflow as tf
+
+        loaded = tf.saved_model.load(path)  # kept referenced while `serve` runs
+        return np.asarray(loaded.serve(images))
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: images})[0]
+
+
+def verify(model, fmt, path, *, atol=1e-4):
+    """Max |exported - keras| on random images; raises `ExportMismatch` above `atol`."""
+    images = sample_images(model)
+    expected = keras.ops.convert_to_numpy(model(images, training=False))
+    got = run_exported(fmt, path, images)
+    if got.shape != expected.shape:
+        raise ExportMismatch(f"The {fmt} export outputs shape {got.shape}, the model {expected.shape}.")
+    error = float(np.max(np.abs(got - expected)))
+    if not error <= atol:
+        raise ExportMismatch(f"The {fmt} export at {path} differs from the model by {error:.3g} (> {atol}).")
+    return error
+
+
+if __name__ == "__main__":  # used by `export` to convert in another backend's process
+    fmt, source, target = sys.argv[1:4]
+    if not _write(keras.saving.load_model(source), fmt, target):
+        sys.exit(f"the {keras.backend.backend()} backend cannot write {fmt}")

@@ -1,0 +1,110 @@
+"""Evaluate a trained model on a dataset, and classify image files with it."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_vit.applications.configs import VARIANTS
+from keras_vit.applications.imagenet import imagenet_classes
+from keras_vit.training import augment, pipeline
+from keras_vit.training.data import load_source, decode_image_file
+
+
+def run_metadata(model_path):
+    """The `classes.json` and `config.json` written by `train` next to `model_path` (or {})."""
+    folder = os.path.dirname(os.path.abspath(model_path))
+    meta = {}
+    for name in ("classes.json", "config.json"):
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            with open(path) as handle:
+                meta[name.split(".")[0]] = json.load(handle)
+    return meta
+
+
+def load_model(model="runs/digits/best.keras", weights="imagenet"):
+    """`(model, class_names, eval_crop)` for a `.keras` file or a variant name (with `weights`)."""
+    if model in VARIANTS:
+        import keras_vit
+
+        built = getattr(keras_vit, model)(weights=weights)
+        names = [name for _, name in imagenet_classes()] if built.output_shape[-1] == 1000 else None
+        return built, names, 1.0
+    if not os.path.exists(model):
+        raise FileNotFoundError(f"No model at {model}: give a .keras file (e.g. runs/digits/best.keras) or one of {', '.join(VARIANTS)}.")
+    loaded = keras.saving.load_model(model)
+    classes = run_metadata(model).get("classes", {})
+    names = classes.get("class_names")
+    if names is None and loaded.output_shape[-1] == 1000:
+        names = [name for _, name in imagenet_classes()]
+    return loaded, names, classes.get("eval_crop", 1.0)
+
+
+def _image_size(model):
+    height, width = model.inputs[0].shape[1:3]
+    if height is None or height != width:
+        raise ValueError(f"The model takes {model.inputs[0].shape[1:]} images; a fixed square size is needed.")
+    return int(height)
+
+
+def evaluate(model_path, data=None, *, split="validation", batch_size=128, **source_options):
+    """Top-1 / top-5 accuracy and loss of a trained model on a split of `data`.
+
+    Without `data` (and `source_options`), the data set, validation split and held-out
+    fraction recorded with the run (config.json) are used, so the numbers match training's.
+    """
+    model, _, eval_crop = load_model(model_path)
+    config = run_metadata(model_path).get("config", {})
+    data = data or config.get("data")
+    if data is None:
+        raise ValueError(f"No data given and no config.json next to {model_path} saying which data it was trained on.")
+    for key in ("data_dir", "manual_dir", "train_split", "val_split", "val_fraction", "seed", "on_corrupt"):
+        if key in config and key not in source_options:
+            source_options[key] = config[key]
+    source = load_source(data, **source_options)
+    classes = model.output_shape[-1]
+    if classes != source.num_classes:
+        raise ValueError(f"The model predicts {classes} classes, {source.name!r} has {source.num_classes}.")
+    ds = pipeline.eval_dataset(source, _image_size(model), batch_size, crop_fraction=eval_crop, split=split)
+    last = model.layers[-1]
+    from_logits = not (isinstance(last, keras.layers.Activation) and last.activation is keras.activations.softmax)
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits),
+        metrics=[
+            keras.metrics.SparseCategoricalAccuracy(name="top1"),
+            keras.metrics.SparseTopKCategoricalAccuracy(min(5, classes), name="top5"),
+        ],
+    )
+    results = model.evaluate(ds, verbose=0, return_dict=True)
+    size = source.validation_size if split == "validation" else source.train_size
+    return {"top1": float(results["top1"]), "top5": float(results["top5"]), "loss": float(results["loss"]), "examples": size}
+
+
+def load_images(paths, image_size, crop_fraction=1.0):
+    """Image files -> a `(N, size, size, 3)` float32 batch in [-1, 1] (resize + centre crop)."""
+    images = []
+    for path in paths:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"No image file {path}.")
+        try:
+            image, _ = decode_image_file(tf.constant(path), 0)
+        except tf.errors.InvalidArgumentError:
+            raise ValueError(f"{path} is not a readable JPEG, PNG, GIF or BMP image.") from None
+        images.append(augment.scale_to_unit(augment.eval_transform(image, image_size, crop_fraction)).numpy())
+    return np.stack(images)
+
+
+def predict(model, paths, *, class_names=None, top=5, crop_fraction=1.0):
+    """For each image file, the `top` classes as `(index, name, probability)`."""
+    probs = keras.ops.convert_to_numpy(model.predict(load_images(paths, _image_size(model), crop_fraction), verbose=0))
+    last = model.layers[-1]
+    if not (isinstance(last, keras.layers.Activation) and last.activation is keras.activations.softmax):
+        probs = keras.ops.convert_to_numpy(keras.ops.softmax(probs, axis=-1))
+    results = []
+    for row in probs:
+        best = np.argsort(row)[::-1][:top]
+        results.append([(int(i), class_names[i] if class_names else str(i), float(row[i])) for i in best])
+    return results

@@ -1,0 +1,100 @@
+"""Optimizers and learning-rate schedules of the ViT recipes."""
+
+import math
+
+import keras
+from keras import ops
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+SCHEDULES = ("cosine", "linear", "constant")
+LR_SCALINGS = ("none", "linear", "sqrt")
+# Not decayed by AdamW: biases, LayerNorm scales / offsets, the class token and position embeddings.
+NO_DECAY = ("bias", "gamma", "beta", "cls", "pos_embedding")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up from 0 to `peak` over `warmup_steps`, then `decay` to `end` at `total_steps`.
+
+    `decay`: "cosine" (half cosine), "linear" or "constant" (stay at `peak`).
+    """
+
+    def __init__(self, peak, total_steps, warmup_steps=0, decay="cosine", end=0.0):
+        if decay not in SCHEDULES:
+            raise ValueError(f"schedule={decay!r}; expected one of {SCHEDULES}.")
+        if total_steps < 1 or not 0 <= warmup_steps <= total_steps:
+            raise ValueError(
+                f"Need total_steps >= 1 and 0 <= warmup_steps <= total_steps, got "
+                f"total_steps={total_steps}, warmup_steps={warmup_steps}."
+            )
+        self.peak = float(peak)
+        self.total_steps = int(total_steps)
+        self.warmup_steps = int(warmup_steps)
+        self.decay = decay
+        self.end = float(end)
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        warmup = self.peak * (step + 1.0) / max(self.warmup_steps, 1)
+        progress = ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
+        if self.decay == "cosine":
+            fraction = 0.5 * (1.0 + ops.cos(math.pi * progress))
+        elif self.decay == "linear":
+            fraction = 1.0 - progress
+        else:
+            fraction = ops.ones_like(progress)
+        decayed = self.end + (self.peak - self.end) * fraction
+        return ops.where(step < self.warmup_steps, warmup, decayed)
+
+    def get_config(self):
+        return {
+            "peak": self.peak,
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps,
+            "decay": self.decay,
+            "end": self.end,
+        }
+
+
+def scaled_learning_rate(learning_rate, batch_size, reference_batch_size, scaling="none"):
+    """`learning_rate` (tuned at `reference_batch_size`) for a global `batch_size`."""
+    if scaling not in LR_SCALINGS:
+        raise ValueError(f"lr_scaling={scaling!r}; expected one of {LR_SCALINGS}.")
+    ratio = batch_size / reference_batch_size
+    return learning_rate * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[scaling]
+
+
+def build_optimizer(
+    name,
+    learning_rate,
+    *,
+    momentum=0.9,
+    beta_1=0.9,
+    beta_2=0.999,
+    weight_decay=0.0,
+    clipnorm=None,
+    accumulation_steps=1,
+):
+    """A Keras optimizer; `clipnorm` clips the global norm; accumulation averages micro-batches."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optimizer={name!r}; expected one of {OPTIMIZERS}.")
+    if accumulation_steps < 1:
+        raise ValueError(f"accumulation_steps={accumulation_steps} must be >= 1.")
+    common = dict(
+        learning_rate=learning_rate,
+        global_clipnorm=clipnorm or None,
+        gradient_accumulation_steps=accumulation_steps if accumulation_steps > 1 else None,
+    )
+    if name == "sgd":
+        if weight_decay:
+            common["weight_decay"] = weight_decay
+        optimizer = keras.optimizers.SGD(momentum=momentum, **common)
+    elif name == "adam":
+        if weight_decay:
+            common["weight_decay"] = weight_decay
+        optimizer = keras.optimizers.Adam(beta_1=beta_1, beta_2=beta_2, **common)
+    else:
+        optimizer = keras.optimizers.AdamW(beta_1=beta_1, beta_2=beta_2, weight_decay=weight_decay, **common)
+    if weight_decay:
+        optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
+    return optimizer

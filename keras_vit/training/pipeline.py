@@ -1,0 +1,178 @@
+"""The `tf.data` input pipelines that feed `model.fit` on every Keras backend.
+
+Training stream: shuffle (a new order every pass over the data) -> repeat forever -> per
+example decode, inception crop, flip, [RandAugment] -> batch (dropping no data: batches run
+across epoch boundaries) -> scale to [-1, 1] -> [MixUp / CutMix] -> prefetch. Each example's
+crop and flip are drawn from a seed keyed by its position in the stream, so the stream is a
+pure function of `seed` and can be started at any example (`start`), which is how a resumed
+run continues exactly where it stopped.
+
+Evaluation: decode -> resize + centre crop -> scale -> batch -> prefetch.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from keras_vit.training import augment
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+@dataclasses.dataclass
+class Augmentation:
+    """What the training pipeline does to each example and batch."""
+
+    image_size: int
+    crop_area: tuple = (0.05, 1.0)
+    crop_aspect: tuple = (3 / 4, 4 / 3)
+    flip: bool = True
+    randaugment_ops: int = 0
+    randaugment_factor: float = 0.5
+    mixup: float = 0.0
+    cutmix: float = 0.0
+
+    def __post_init__(self):
+        low, high = self.crop_area
+        if not 0 < low <= high <= 1:
+            raise ValueError(f"crop_area={self.crop_area} must satisfy 0 < min <= max <= 1.")
+        if not 0 < self.crop_aspect[0] <= self.crop_aspect[1]:
+            raise ValueError(f"crop_aspect={self.crop_aspect} must satisfy 0 < min <= max.")
+        if self.mixup < 0 or self.cutmix < 0:
+            raise ValueError(f"mixup={self.mixup} and cutmix={self.cutmix} must be >= 0 (0 = off).")
+
+    @property
+    def mixes_labels(self):
+        return self.mixup > 0 or self.cutmix > 0
+
+
+def _options(deterministic):
+    options = tf.data.Options()
+    options.deterministic = bool(deterministic)
+    options.experimental_optimization.map_parallelization = True
+    return options
+
+
+def _labels(labels, num_classes, one_hot):
+    labels = tf.cast(labels, tf.int32)
+    return tf.one_hot(labels, num_classes, dtype=tf.float32) if one_hot else labels
+
+
+def shard_size(size, num_shards, index):
+    """Examples in shard `index` of `num_shards` of `tf.data.Dataset.shard` over `size`."""
+    return max(0, -(-(size - index) // num_shards))
+
+
+def train_dataset(
+    source,
+    augmentation,
+    batch_size,
+    *,
+    one_hot=False,
+    seed=0,
+    start=0,
+    shuffle_buffer=10_000,
+    shard=(1, 0),
+    deterministic=False,
+    on_corrupt="skip",
+):
+    """An endless stream of `(images, labels)` batches of `batch_size` for training.
+
+    `start` is the number of examples (of this shard) already consumed; `shard` is
+    `(num_shards, index)` for data parallelism over processes.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be >= 1.")
+    num_shards, index = shard
+    data = source.train if num_shards == 1 else source.train.shard(num_shards, index)
+    size = shard_size(source.train_size, num_shards, index)
+    if size == 0:
+        raise ValueError(f"The training split of {source.name!r} is empty (for shard {index}/{num_shards}).")
+    buffer = max(1, min(shuffle_buffer, size))
+
+    def one_pass(epoch):
+        # The order of each pass depends on (seed, epoch) only: the traced function's graph
+        # must not mix in TensorFlow's global seed (with a global seed of 0, TF cannot even
+        # take a tensor seed here).
+        tf.compat.v1.get_default_graph().seed = None
+        return data.shuffle(buffer, seed=epoch * 1_000_003 + seed, reshuffle_each_iteration=False)
+
+    first_epoch, offset = divmod(start, size)
+    stream = tf.data.Dataset.range(first_epoch, 2**62).flat_map(one_pass).skip(offset)
+    stream = stream.enumerate(start=start)
+    aug = augmentation
+
+    def example(position, element):
+        image, label = source.decode(*element) if source.decode else element
+        key = tf.stack([tf.cast(seed, tf.int64), position])
+        image = augment.train_transform(image, key, aug.image_size, aug.crop_area, aug.crop_aspect, aug.flip)
+        return image, label
+
+    stream = stream.map(example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    if source.decode is not None and on_corrupt == "skip":
+        stream = stream.ignore_errors()
+    if aug.randaugment_ops:
+        layer = augment.rand_augment(aug.randaugment_ops, aug.randaugment_factor, seed=seed)
+        stream = stream.map(
+            lambda image, label: (layer(image), label),
+            num_parallel_calls=None if deterministic else AUTOTUNE,
+        )
+    stream = stream.batch(batch_size, drop_remainder=True)
+    mix = augment.mix_batch(aug.mixup, aug.cutmix, seed=seed)
+    num_classes = source.num_classes
+
+    def finish(images, labels):
+        return augment.scale_to_unit(images), _labels(labels, num_classes, one_hot or mix is not None)
+
+    stream = stream.map(finish, num_parallel_calls=AUTOTUNE)
+    if mix is not None:
+        stream = stream.map(mix, num_parallel_calls=None if deterministic else AUTOTUNE)
+    return stream.prefetch(AUTOTUNE).with_options(_options(deterministic))
+
+
+def eval_dataset(
+    source,
+    image_size,
+    batch_size,
+    *,
+    one_hot=False,
+    crop_fraction=1.0,
+    split="validation",
+    pad_to_multiple=1,
+    on_corrupt="skip",
+):
+    """`(images, labels)` batches of a split in order, resized + centre-cropped.
+
+    With `pad_to_multiple > 1` every batch is padded to a multiple of it and the batches
+    become `(images, labels, sample_weight)` with weight 0 on the padding (for data
+    parallelism that needs equal shards; the metrics ignore the padding).
+    """
+    data = source.validation if split == "validation" else source.train
+    if data is None:
+        raise ValueError(f"{source.name!r} has no {split} split.")
+    if not 0 < crop_fraction <= 1:
+        raise ValueError(f"crop_fraction={crop_fraction} must be in (0, 1].")
+    num_classes = source.num_classes
+
+    def example(*element):
+        image, label = source.decode(*element) if source.decode else element
+        return augment.eval_transform(image, image_size, crop_fraction), label
+
+    ds = data.map(example, num_parallel_calls=AUTOTUNE)
+    if source.decode is not None and on_corrupt == "skip":
+        ds = ds.ignore_errors()
+    ds = ds.batch(batch_size)
+
+    def finish(images, labels):
+        images, labels = augment.scale_to_unit(images), _labels(labels, num_classes, one_hot)
+        if pad_to_multiple <= 1:
+            return images, labels
+        count = tf.shape(images)[0]
+        pad = (-count) % pad_to_multiple
+        weights = tf.concat([tf.ones([count]), tf.zeros([pad])], axis=0)
+        images = tf.pad(images, [[0, pad], [0, 0], [0, 0], [0, 0]])
+        labels = tf.pad(labels, [[0, pad]] + [[0, 0]] * (len(labels.shape) - 1))
+        return images, labels, weights
+
+    ds = ds.map(finish, num_parallel_calls=AUTOTUNE)
+    return ds.prefetch(AUTOTUNE).with_options(_options(True))

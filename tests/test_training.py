@@ -1,0 +1,159 @@
+"""`keras_vit.training.train` end to end on tiny models: accuracy, bf16, resume, NaN, accumulation."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.training import TrainingDiverged, optim, recipe, train
+
+# A tiny ViT on the 8x8 digits themselves: 16 tokens of 2x2 pixels, width 48, depth 2, no
+# augmentation or regularisation (fast to fit).
+TINY = dict(
+    image_size=8, patch_size=2, hidden_dim=48, depth=2, num_heads=3, mlp_dim=96,
+    batch_size=64, learning_rate=1e-2, warmup_steps=10, weight_decay=0.0, drop_path=0.0, label_smoothing=0.0,
+    crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), tensorboard=False, verbose=0,
+    # XLA compilation costs TensorFlow more than these few steps gain; JAX always compiles.
+    jit_compile=keras.backend.backend() == "jax",
+)
+
+
+def _small_digits():
+    """400 digits as arrays: 320 for training (5 steps of 64), 80 held out."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    return (bunch.images[:400] * (255 / 16)).astype("uint8"), bunch.target[:400]
+
+
+STEPS_PER_EPOCH = 5
+
+
+def _config(tmp_path, **overrides):
+    return recipe("digits", **{**TINY, "output_dir": str(tmp_path / "run"), **overrides})
+
+
+class Recorder(keras.callbacks.Callback):
+    """Records epochs begun, and optionally raises (a crash) after a given epoch or step."""
+
+    def __init__(self, crash_after_epoch=None, crash_after_step=None):
+        super().__init__()
+        self.crash_after_epoch, self.crash_after_step = crash_after_epoch, crash_after_step
+        self.epochs, self.steps, self.start_state, self.crash_state = [], 0, None, None
+
+    def _state(self):
+        return [np.array(v) for v in self.model.optimizer.variables], [np.array(w) for w in self.model.weights]
+
+    def on_train_begin(self, logs=None):
+        if self.start_state is None:
+            self.start_state = self._state()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epochs.append(epoch)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+        if self.steps == self.crash_after_step:
+            self.crash_state = self._state()
+            raise KeyboardInterrupt("simulated kill")
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.crash_after_epoch:
+            self.crash_state = self._state()
+            raise KeyboardInterrupt("simulated kill")
+
+
+def _assert_same_state(a, b):
+    for x, y in zip(a[0] + a[1], b[0] + b[1]):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_short_fit_on_digits_reaches_80_percent(tmp_path):
+    result = train(_config(tmp_path, epochs=8))
+    assert result.top1 >= 0.80, result.history["val_accuracy"]
+    assert result.top5 >= result.top1 and result.top5 >= 0.98
+    assert os.path.exists(result.best_path) and os.path.exists(result.final_path)
+    assert max(result.history["val_accuracy"]) == pytest.approx(result.top1, abs=1e-6)
+    # the saved best model reproduces the reported accuracy
+    from keras_vit.training.inference import evaluate
+
+    assert evaluate(result.best_path)["top1"] == pytest.approx(result.top1, abs=1e-6)
+    with open(os.path.join(result.run_dir, "log.csv")) as handle:
+        assert len(handle.read().strip().splitlines()) == 1 + 8
+
+
+def test_mixed_bfloat16_fit_on_cpu(tmp_path):
+    result = train(_config(tmp_path, epochs=1, precision="mixed_bfloat16", val_fraction=0.2), data=_small_digits())
+    assert result.precision == "mixed_bfloat16" and np.isfinite(result.history["loss"]).all()
+    model = keras.saving.load_model(result.final_path)
+    assert model.get_layer("embedding").compute_dtype == "bfloat16"
+    assert all(v.dtype == "float32" for v in model.weights)
+    outputs = model(np.zeros((2, 8, 8, 3), "float32"))
+    assert keras.backend.standardize_dtype(outputs.dtype) == "float32"
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(outputs).sum(axis=1), 1.0, atol=1e-5)
+    assert keras.config.dtype_policy().name == "float32"  # the global policy is restored
+
+
+def test_resume_after_crashes_at_an_epoch_end_and_mid_epoch(tmp_path):
+    config = _config(tmp_path, epochs=3, checkpoint_every=3, val_fraction=0.2)
+    data = _small_digits()
+    # 1. killed right after epoch 1 (of 0..2) ended: the restart begins epoch 1 with the exact
+    #    weights and optimizer state the killed run had
+    first = Recorder(crash_after_epoch=0)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, data=data, callbacks=[first])
+    # 2. killed at step 8, in the middle of epoch 2: the state of step 6 was saved
+    second = Recorder(crash_after_step=3)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, data=data, callbacks=[second])
+    assert second.epochs == [1]
+    _assert_same_state(first.crash_state, second.start_state)  # weights and optimizer variables
+    with open(os.path.join(config.run_dir, "checkpoint", "state.json")) as handle:
+        assert json.load(handle)["step"] == 6
+    # 3. the restart finishes the run from step 6: the rest of epoch 2 (index 1), then epoch 3
+    third = Recorder()
+    result = train(config, data=data, callbacks=[third])
+    assert result.resumed_from == 6 and result.steps == 3 * STEPS_PER_EPOCH
+    assert third.steps == 3 * STEPS_PER_EPOCH - 6 and third.epochs == [1, 2]
+    assert int(third.start_state[0][0]) == 6  # the optimizer's step counter came back
+    with open(os.path.join(result.run_dir, "log.csv")) as handle:
+        epochs = [line.split(",")[0] for line in handle.read().strip().splitlines()[1:]]
+    assert epochs == ["0", "1", "2"]
+    with pytest.raises(ValueError, match="different settings.*batch_size"):
+        train(config.replace(batch_size=32), data=data)
+
+
+def test_nan_loss_stops_with_a_clear_message(tmp_path):
+    config = _config(tmp_path, epochs=2, optimizer="sgd", learning_rate=1e12, clipnorm=None, momentum=0.0, warmup_steps=0)
+    with pytest.raises(TrainingDiverged, match="loss became (nan|inf).*learning rate"):
+        train(config, data=_small_digits())
+    state = os.path.join(config.run_dir, "checkpoint", "state.json")
+    assert not os.path.exists(state)  # no diverged state was saved
+
+
+def test_gradient_accumulation_equals_one_large_batch(rng):
+    x = rng.uniform(-1, 1, (16, 8, 8, 3)).astype("float32")
+    y = rng.integers(0, 10, 16)
+    head = rng.normal(0, 0.5, (16, 10)).astype("float32")  # non-zero: every weight gets a gradient
+
+    def run(batch_size, accumulation):
+        keras.utils.set_random_seed(1)
+        model = keras_vit.VisionTransformer(2, 16, 1, 2, 32, input_shape=(8, 8, 3), classes=10, classifier_activation=None)
+        model.get_layer("head").kernel.assign(head)
+        initial = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+        opt = optim.build_optimizer("sgd", 0.1, momentum=0.9, clipnorm=0.5, accumulation_steps=accumulation)
+        model.compile(opt, keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=TINY["jit_compile"])
+        model.fit(x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
+        final = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+        return initial, final, int(opt.iterations)
+
+    initial, big, big_steps = run(8, 1)  # 2 updates on batches of 8
+    _, small, small_steps = run(2, 4)  # 2 updates, each of 4 accumulated micro-batches of 2
+    assert big_steps == small_steps == 2
+    for a, b in zip(big, small):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    # not trivially equal: every weight moved far more than the tolerance
+    assert min(np.max(np.abs(a - b)) for a, b in zip(big, initial)) > 1e-3

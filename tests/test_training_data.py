@@ -1,0 +1,207 @@
+"""Data sources and the tf.data pipelines of keras_vit.training (run under every backend)."""
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from keras_vit.training import augment, data, pipeline
+
+AUG = pipeline.Augmentation(16, crop_area=(0.5, 1.0), flip=True)
+
+
+def _batches(ds, count):
+    return [tuple(np.asarray(t) for t in batch) for _, batch in zip(range(count), ds)]
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+def test_digits_source_is_sklearn_digits_as_rgb():
+    from sklearn.datasets import load_digits
+
+    source = data.load_source("digits")
+    assert (source.train_size, source.validation_size, source.num_classes) == (1438, 359, 10)
+    images, labels = next(iter(source.train.batch(2000)))
+    images, labels = images.numpy(), labels.numpy()
+    assert images.shape == (1438, 8, 8, 3) and images.dtype == np.uint8
+    assert np.array_equal(images[..., 0], images[..., 2]) and images.max() == 255
+    # every training example is a real digit with its own label
+    reference = load_digits()
+    lookup = {np.round(im * 255 / 16).astype(np.uint8).tobytes(): t for im, t in zip(reference.images, reference.target)}
+    assert all(lookup[im[..., 0].tobytes()] == lab for im, lab in zip(images[:50], labels[:50]))
+    # validation: stratified, disjoint from training
+    val_labels = np.concatenate([y.numpy() for _, y in source.validation.batch(500)])
+    assert np.all(np.bincount(val_labels, minlength=10) >= 30)
+
+
+def test_arrays_hold_out_a_stratified_validation_part(rng):
+    x = rng.integers(0, 256, (100, 6, 6), dtype=np.uint8)  # grey, no channel axis
+    y = np.repeat(np.arange(4), 25)
+    source = data.load_source((x, y), val_fraction=0.2)
+    assert (source.train_size, source.validation_size, source.num_classes) == (80, 20, 4)
+    image, _ = next(iter(source.train))
+    assert image.shape == (6, 6, 3)
+    with pytest.raises(ValueError, match="labels for"):
+        data.load_source((x, y[:-1]))
+    with pytest.raises(ValueError, match="outside \\[0, 255\\]"):
+        data.load_source((x.astype("float32") - 300, y))
+
+
+def test_npz_with_validation_arrays(tmp_path, rng):
+    path = tmp_path / "set.npz"
+    x = rng.integers(0, 256, (12, 5, 5, 3), dtype=np.uint8)
+    np.savez(path, x_train=x[:8], y_train=np.arange(8) % 3, x_test=x[8:], y_test=np.arange(4) % 3)
+    source = data.load_source(str(path))
+    assert (source.train_size, source.validation_size, source.num_classes) == (8, 4, 3)
+    np.savez(tmp_path / "bad.npz", images=x)
+    with pytest.raises(ValueError, match="x_train and y_train"):
+        data.load_source(str(tmp_path / "bad.npz"))
+
+
+def _write_folder(root, rng, per_class=4):
+    for name in ("cat", "dog"):
+        os.makedirs(root / name)
+        for i in range(per_class):
+            size = (10 + i, 14)  # varied sizes
+            Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(root / name / f"{i}.png")
+
+
+def test_image_folder_skips_a_corrupt_file_with_a_warning(tmp_path, rng):
+    _write_folder(tmp_path, rng, per_class=5)
+    (tmp_path / "dog" / "broken.png").write_bytes(b"this is not an image")
+    with pytest.warns(UserWarning, match="broken.png"):
+        source = data.load_source(str(tmp_path), val_fraction=0.2)
+    assert source.class_names == ["cat", "dog"]
+    assert (source.train_size, source.validation_size) == (8, 2)
+    # the whole train split decodes; every image comes out RGB uint8
+    decoded = [source.decode(p, y) for p, y in source.train]
+    assert all(im.shape[-1] == 3 and im.dtype == tf.uint8 for im, _ in decoded)
+    batches = _batches(pipeline.train_dataset(source, AUG, 4), 3)
+    assert batches[0][0].shape == (4, 16, 16, 3)
+    with pytest.raises(ValueError, match="broken.png"):
+        data.load_source(str(tmp_path), on_corrupt="error")
+
+
+def test_image_folder_drops_a_truncated_file_in_the_pipeline(tmp_path, rng):
+    _write_folder(tmp_path / "train", rng, per_class=2)
+    _write_folder(tmp_path / "val", rng, per_class=2)
+    good = (tmp_path / "val" / "cat" / "0.png").read_bytes()
+    (tmp_path / "val" / "cat" / "1.png").write_bytes(good[: len(good) // 2])  # valid header, truncated
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the header looks fine: no scan-time warning
+        source = data.load_source(str(tmp_path))
+    assert (source.train_size, source.validation_size) == (4, 4)
+    batches = list(pipeline.eval_dataset(source, 16, 8))
+    assert sum(len(y) for _, y in batches) == 3
+
+
+def test_tfds_source_through_mock_data():
+    import tensorflow_datasets as tfds
+
+    with tfds.testing.mock_data(num_examples=12):
+        source = data.load_source("cifar10")
+        assert source.num_classes == 10 and len(source.class_names) == 10
+        assert source.train_size == 12
+        images, labels = _batches(pipeline.train_dataset(source, AUG, 4, one_hot=True), 2)[0]
+    assert images.shape == (4, 16, 16, 3) and labels.shape == (4, 10)
+    assert -1.0 <= images.min() and images.max() <= 1.0
+
+
+def test_tfds_errors_are_clear(tmp_path):
+    with pytest.raises(ValueError, match="Unknown dataset 'cifar_10'.*cifar10.*list_builders"):
+        data.load_source("cifar_10")
+    with pytest.raises(data.DatasetUnavailableError, match="not prepared.*tfds build mnist"):
+        data.load_source("mnist", data_dir=str(tmp_path), download=False)
+
+
+def test_missing_paths_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No such image folder"):
+        data.load_source(str(tmp_path / "nothere" / "x"))
+    with pytest.raises(FileNotFoundError, match="No such .npz"):
+        data.load_source(str(tmp_path / "x.npz"))
+
+
+# ----------------------------------------------------------------------------- transforms
+
+
+def test_inception_crop_windows_and_centre_crop():
+    shape = tf.constant([40, 60, 3])
+    windows = [augment.crop_window(shape, tf.constant([1, i]), (0.3, 0.6), (0.75, 4 / 3)) for i in range(30)]
+    sizes = np.array([size.numpy()[:2] for _, size in windows])
+    areas = sizes.prod(axis=1) / (40 * 60)
+    aspects = sizes[:, 1] / sizes[:, 0]
+    assert areas.min() >= 0.28 and areas.max() <= 0.62 and areas.std() > 0.02
+    assert aspects.min() >= 0.7 and aspects.max() <= 1.4
+    assert all(np.all(b.numpy() + s.numpy() <= [40, 60, 3]) for b, s in windows)
+    image = tf.cast(tf.reshape(tf.range(40 * 60 * 3) % 256, (40, 60, 3)), tf.uint8)
+    crop = augment.inception_crop(image, 8, tf.constant([1, 2]))
+    assert crop.shape == (8, 8, 3) and crop.dtype == tf.float32
+    # centre crop of a 40x60 horizontal ramp at 20 px: the middle 40x40 square, halved
+    ramp = tf.tile(tf.cast(tf.range(60), tf.float32)[None, :, None], (40, 1, 3))
+    crop = augment.center_crop(ramp, 20).numpy()
+    assert crop.shape == (20, 20, 3)
+    assert abs(crop[0, 0, 0] - 10.5) < 0.6 and abs(crop[0, -1, 0] - 48.5) < 0.6
+
+
+def test_scaling_matches_preprocess_input():
+    from keras_vit import preprocess_input
+
+    x = np.array([[0.0, 127.5, 255.0]], dtype=np.float32)
+    np.testing.assert_allclose(augment.scale_to_unit(x).numpy(), preprocess_input(x))
+
+
+# ----------------------------------------------------------------------------- pipeline
+
+
+def test_train_stream_is_reproducible_and_resumable():
+    source = data.load_source("digits")
+    full = _batches(pipeline.train_dataset(source, AUG, 32, seed=3), 50)  # crosses an epoch boundary
+    resumed = _batches(pipeline.train_dataset(source, AUG, 32, seed=3, start=40 * 32), 10)
+    for (xa, ya), (xb, yb) in zip(full[40:], resumed):
+        np.testing.assert_array_equal(xa, xb)
+        np.testing.assert_array_equal(ya, yb)
+    other = _batches(pipeline.train_dataset(source, AUG, 32, seed=4), 1)
+    assert not np.array_equal(full[0][0], other[0][0])
+    # each pass visits every training example exactly once (44 full batches = 1408 of 1438)
+    images = np.concatenate([x for x, _ in full[:44]])
+    assert len({im.tobytes() for im in images}) == len(images)
+    assert full[0][0].dtype == np.float32 and full[0][1].dtype == np.int32
+    assert -1.0 <= full[0][0].min() and full[0][0].max() <= 1.0
+
+
+def test_shards_partition_the_data():
+    source = data.load_source((np.zeros((10, 4, 4, 3), np.uint8), np.arange(10) % 2), val_fraction=0.2)
+    labels = []
+    for index in range(2):
+        ds = source.train.shard(2, index)
+        labels.append(sorted(int(y) for _, y in ds))
+        assert pipeline.shard_size(source.train_size, 2, index) == len(labels[-1])
+    assert sorted(labels[0] + labels[1]) == sorted(int(y) for _, y in source.train)
+
+
+def test_eval_padding_weights_only_real_examples():
+    source = data.load_source("digits")
+    batches = list(pipeline.eval_dataset(source, 8, 100, pad_to_multiple=3))
+    assert all(len(x) % 3 == 0 and len(x) == len(w) for x, _, w in batches)
+    assert sum(float(np.sum(w)) for _, _, w in batches) == source.validation_size
+
+
+def test_randaugment_mixup_cutmix_in_tf_data():
+    source = data.load_source("digits")
+    aug = pipeline.Augmentation(16, crop_area=(0.5, 1.0), randaugment_ops=2, mixup=0.2, cutmix=1.0)
+    images, labels = _batches(pipeline.train_dataset(source, aug, 16, seed=1), 3)[-1]
+    assert images.shape == (16, 16, 16, 3) and labels.shape == (16, 10)
+    np.testing.assert_allclose(labels.sum(axis=1), 1.0, atol=1e-5)
+    assert np.all(np.isfinite(images)) and -1.0 <= images.min() and images.max() <= 1.0
+    assert (labels.max(axis=1) < 1.0 - 1e-6).any()  # some labels are mixed
+
+
+def test_augmentation_validation():
+    with pytest.raises(ValueError, match="crop_area"):
+        pipeline.Augmentation(16, crop_area=(0.0, 1.0))
+    with pytest.raises(ValueError, match="mixup"):
+        pipeline.Augmentation(16, mixup=-1)
