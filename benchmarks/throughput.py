@@ -26,13 +26,14 @@ import sys
 import tempfile
 import time
 
+from frameworks import ARCHITECTURES
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BACKENDS = ("tensorflow", "jax", "torch")
 KERAS_FRAMEWORKS = ("keras_vit", "keras_hub")
 TORCH_FRAMEWORKS = ("transformers", "timm")
 MODES = ("inference", "training")
 PRECISIONS = ("float32", "mixed_bfloat16")
-VARIANTS = ("ViTTi16", "ViTS16", "ViTS32", "ViTB16", "ViTB32", "ViTL16", "ViTL32", "ViTH14")
 PREFIX = "@@bench"
 PACKAGES = ("keras", "tensorflow-cpu", "jax", "jaxlib", "torch", "transformers", "keras-hub", "timm")
 
@@ -77,6 +78,7 @@ class Worker:
             warmup=args.warmup,
             jit=args.jit == "on",
             torch_compile=args.torch_compile == "on",
+            threads=args.threads,
         )
         env = {**os.environ, "KERAS_BACKEND": self.backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
         self.log = tempfile.TemporaryFile(mode="w+")
@@ -89,7 +91,7 @@ class Worker:
             env=env,
             cwd=HERE,
         )
-        self.info, self.error, self.rounds = None, None, []
+        self.info, self.error, self.rounds, self.clock = None, None, [], args.clock
 
     @property
     def label(self):
@@ -117,7 +119,8 @@ class Worker:
         done = self._receive("done")
         if done is None:
             return False
-        self.rounds.append(batch * done["steps"] / done["seconds"])
+        seconds = done["cpu_seconds"] if self.clock == "cpu" else done["seconds"]
+        self.rounds.append(batch * done["steps"] / seconds)
         return True
 
     def close(self):
@@ -132,23 +135,60 @@ class Worker:
 
 
 def measure_mode(mode, jobs, args):
-    """Starts one worker per job, then runs the interleaved timed rounds."""
+    """Measures the jobs group by group: each group's workers are started one after another,
+    then take interleaved turns for `args.rounds` rounds, then end."""
     workers = []
+    for group in job_groups(jobs, mode, args):
+        alive = []
+        for framework, precision in group:
+            worker = Worker(framework, precision, mode, args)
+            ok = worker.wait_ready()
+            print(f"  ready: {worker.label}" + ("" if ok else f"  FAILED\n{worker.error}"), file=sys.stderr, flush=True)
+            (alive if ok else workers).append(worker)
+            if not ok:
+                worker.close()
+        _rounds(alive, args)
+        for worker in alive:
+            worker.close()
+        workers.extend(alive)
+    order = {job: i for i, job in enumerate(jobs)}
+    return sorted(workers, key=lambda w: order[(w.framework, w.precision)])
+
+
+def worker_memory_gib(variant, mode):
+    """A rough resident size of one worker: weights (and gradients and AdamW moments when
+    training) in float32 plus the framework's own footprint."""
+    patch, width, depth, _, mlp = ARCHITECTURES[variant]
+    params = depth * (4 * width * width + 2 * width * mlp) + 1000 * width
+    return params * 4 * (10 if mode == "training" else 3) / 2**30 + 1.0
+
+
+def job_groups(jobs, mode, args):
+    """Jobs on the same backend go together (keras_vit beside keras-hub), at most
+    `args.group_size` at a time (default: what fits in the available memory)."""
+    size = args.group_size
+    if size is None:
+        free = _available_memory_gib()
+        size = max(1, int((free - 4.0) // worker_memory_gib(args.variant, mode))) if free else len(jobs)
+    by_backend = {}
     for framework, precision in jobs:
-        worker = Worker(framework, precision, mode, args)
-        ok = worker.wait_ready()
-        print(f"  ready: {worker.label}" + ("" if ok else f"  FAILED\n{worker.error}"), file=sys.stderr, flush=True)
-        if not ok:
-            worker.close()
-        workers.append(worker)
-        if not args.interleave and ok:
-            _rounds([worker], args)
-            worker.close()
-    if args.interleave:
-        _rounds([w for w in workers if w.error is None], args)
-    for worker in workers:
-        worker.close()
-    return workers
+        backend = framework.partition("/")[2] or "torch"
+        by_backend.setdefault(backend, []).append((framework, precision))
+    groups = []
+    for members in by_backend.values():
+        groups.extend(members[i : i + size] for i in range(0, len(members), size))
+    return groups
+
+
+def _available_memory_gib():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        return None
+    return None
 
 
 def _rounds(workers, args):
@@ -237,7 +277,7 @@ def _fmt(x, spec=".2f"):
 
 def print_table(rows, headline, args):
     print(f"\n{args.variant} at {args.resolution} px, batch {args.batch}, {args.steps} steps x {args.rounds} rounds"
-          f" (median images/s), jit {args.jit}, torch.compile {args.torch_compile}\n")
+          f" (median images/s, {args.clock} clock, {args.threads or 'all'} threads), jit {args.jit}, torch.compile {args.torch_compile}\n")
     head = ["framework", "precision", "inference img/s", "training img/s",
             "inf vs keras-hub", "train vs keras-hub", "inf vs transformers", "train vs transformers"]
     print("| " + " | ".join(head) + " |")
@@ -256,7 +296,7 @@ def print_table(rows, headline, args):
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variant", default="ViTB16", choices=VARIANTS)
+    parser.add_argument("--variant", default="ViTB16", choices=list(ARCHITECTURES))
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--resolution", type=int, default=224)
     parser.add_argument("--precision", nargs="+", default=["float32"], choices=PRECISIONS)
@@ -269,8 +309,14 @@ def parse_args(argv):
     parser.add_argument("--jit", choices=("on", "off"), default="on", help="XLA on TensorFlow and JAX")
     parser.add_argument("--torch-compile", choices=("on", "off"), default="off",
                         help="torch.compile for PyTorch models (keras: compile(jit_compile=True))")
-    parser.add_argument("--no-interleave", dest="interleave", action="store_false",
-                        help="measure each process alone, then end it (less memory, more exposed to load drift)")
+    parser.add_argument("--group-size", type=int, default=None,
+                        help="processes alive and interleaved at a time; those of one backend go "
+                             "together (default: as many as fit in the available memory)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="pin each process to this many cores (default: all)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="cpu: images per second of process CPU time, a load-insensitive measure "
+                             "of the work done, meaningful with --threads 1 (a development aid)")
     parser.add_argument("--pause", type=float, default=0.3, help="seconds between turns")
     parser.add_argument("--json", help="also write the JSON report to this file")
     args = parser.parse_args(argv)

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.linear import Linear
+
 
 def _dense_init():
     return keras.initializers.GlorotUniform()
@@ -32,11 +34,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if dim % self.num_heads:
             raise ValueError(f"Width {dim} is not divisible by num_heads={self.num_heads}.")
         self.head_dim = dim // self.num_heads
-        self.qkv = keras.layers.Dense(
+        self.qkv = Linear(
             3 * dim, kernel_initializer=_dense_init(), name="qkv", dtype=self.dtype_policy
         )
         self.qkv.build(input_shape)
-        self.out = keras.layers.Dense(
+        self.out = Linear(
             dim, kernel_initializer=_dense_init(), name="out", dtype=self.dtype_policy
         )
         self.out.build(input_shape)

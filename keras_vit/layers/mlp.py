@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.linear import Linear
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MLPBlock(keras.layers.Layer):
@@ -26,9 +28,9 @@ class MLPBlock(keras.layers.Layer):
             bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
             dtype=self.dtype_policy,
         )
-        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="dense_0", **init)
+        self.dense_0 = Linear(self.mlp_dim, name="dense_0", **init)
         self.dense_0.build(input_shape)
-        self.dense_1 = keras.layers.Dense(input_shape[-1], name="dense_1", **init)
+        self.dense_1 = Linear(input_shape[-1], name="dense_1", **init)
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
 
     def call(self, x, training=None):

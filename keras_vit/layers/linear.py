@@ -1,0 +1,57 @@
+"""A `Dense` layer whose weight gradient is laid out for XLA's CPU matmuls."""
+
+import keras
+from keras import ops
+
+
+def _affine(x, kernel, bias):
+    """`x @ kernel + bias` over the last axis, with a hand-written gradient.
+
+    The gradient is the usual one, but the kernel's is computed as `(g^T x)^T` rather
+    than `x^T g`. XLA on CPU wants the contracted axis of the second operand of a matmul
+    innermost, so for `x^T g` it transposes the incoming gradient `g`; when `g` is the
+    residual stream's gradient, XLA fuses the whole chain of later blocks' gradient sums
+    into each such transpose and recomputes it there, which makes training cost grow with
+    the square of the depth. With `(g^T x)^T` it is the activation `x`, already in memory,
+    that gets transposed.
+    """
+
+    @ops.custom_gradient
+    def affine(x, kernel, bias):
+        def grad(*args, upstream=None):
+            g = args[0] if upstream is None else upstream
+            units, features = ops.shape(kernel)[1], ops.shape(kernel)[0]
+            g2 = ops.reshape(g, (-1, units))
+            x2 = ops.reshape(x, (-1, features))
+            dx = ops.matmul(g, ops.transpose(kernel))
+            dkernel = ops.transpose(ops.matmul(ops.transpose(g2), x2))
+            return dx, dkernel, ops.sum(g2, axis=0)
+
+        return ops.add(ops.matmul(x, kernel), bias), grad
+
+    return affine(x, kernel, bias)
+
+
+def _read(variable):
+    """A plain tensor with the variable's current value. A TensorFlow Keras variable is
+    itself a tensor that is read lazily: a custom gradient would read it again outside
+    `stateless_call`'s scope (getting the wrong values) and TensorFlow refuses custom
+    gradients that touch variables. A reshape to its own shape is a free read everywhere."""
+    return ops.reshape(variable, ops.shape(variable))
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class Linear(keras.layers.Dense):
+    """`keras.layers.Dense` (same weights `kernel`, `bias`, same outputs) computed by
+    `_affine`. Falls back to `Dense.call` for what `_affine` does not cover (no bias, an
+    activation, LoRA, quantisation)."""
+
+    def call(self, inputs, training=None):
+        if (
+            self.bias is None
+            or self.activation is not keras.activations.linear
+            or self.lora_enabled
+            or self.quantization_mode is not None
+        ):
+            return super().call(inputs, training=training)
+        return _affine(inputs, _read(self.kernel), _read(self.bias))
