@@ -9,6 +9,7 @@ import pytest
 
 import keras_vit
 from keras_vit.training import TrainingDiverged, optim, recipe, train
+from training_helpers import jax_compilation_cache  # noqa: F401 (autouse fixture)
 
 # A tiny ViT on the 8x8 digits themselves: 16 tokens of 2x2 pixels, width 48, depth 2, no
 # augmentation or regularisation (fast to fit).
@@ -86,7 +87,7 @@ def test_short_fit_on_digits_reaches_80_percent(tmp_path):
 
 
 def test_mixed_bfloat16_fit_on_cpu(tmp_path):
-    result = train(_config(tmp_path, epochs=1, precision="mixed_bfloat16", val_fraction=0.2), data=_small_digits())
+    result = train(_config(tmp_path, epochs=1, depth=1, precision="mixed_bfloat16", val_fraction=0.2), data=_small_digits())
     assert result.precision == "mixed_bfloat16" and np.isfinite(result.history["loss"]).all()
     model = keras.saving.load_model(result.final_path)
     assert model.get_layer("embedding").compute_dtype == "bfloat16"
@@ -98,7 +99,7 @@ def test_mixed_bfloat16_fit_on_cpu(tmp_path):
 
 
 def test_resume_after_crashes_at_an_epoch_end_and_mid_epoch(tmp_path):
-    config = _config(tmp_path, epochs=3, checkpoint_every=3, val_fraction=0.2)
+    config = _config(tmp_path, epochs=3, depth=1, checkpoint_every=3, val_fraction=0.2)
     data = _small_digits()
     # 1. killed right after epoch 1 (of 0..2) ended: the restart begins epoch 1 with the exact
     #    weights and optimizer state the killed run had
@@ -127,7 +128,7 @@ def test_resume_after_crashes_at_an_epoch_end_and_mid_epoch(tmp_path):
 
 
 def test_nan_loss_stops_with_a_clear_message(tmp_path):
-    config = _config(tmp_path, epochs=2, optimizer="sgd", learning_rate=1e12, clipnorm=None, momentum=0.0, warmup_steps=0)
+    config = _config(tmp_path, epochs=2, depth=1, optimizer="sgd", learning_rate=1e12, clipnorm=None, momentum=0.0, warmup_steps=0)
     with pytest.raises(TrainingDiverged, match="loss became (nan|inf).*learning rate"):
         train(config, data=_small_digits())
     state = os.path.join(config.run_dir, "checkpoint", "state.json")

@@ -10,6 +10,7 @@ from PIL import Image
 
 from keras_vit.cli import main
 from keras_vit.training import export as export_lib
+from training_helpers import jax_compilation_cache  # noqa: F401 (autouse fixture)
 
 TINY_FLAGS = [
     "--image-size", "8", "--patch-size", "2", "--hidden-dim", "16", "--depth", "1", "--num-heads", "2",
@@ -21,7 +22,7 @@ TINY_FLAGS = [
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A run of `keras-vit train` on digits with a tiny model: (run dir, captured stdout)."""
-    run_dir = tmp_path_factory.mktemp("cli") / "run"
+    run_dir = (tmp_path_factory.mktemp("cli") / "run").resolve()
     import contextlib
     import io
 
@@ -61,6 +62,15 @@ def test_predict_prints_top5_with_labels(trained, tmp_path, capsys):
     (tmp_path / "bad.png").write_bytes(b"not an image")
     assert main(["predict", str(tmp_path / "bad.png"), "--model", str(run_dir / "best.keras")]) == 2
     assert "not a readable" in capsys.readouterr().err
+
+
+def test_train_from_pretrained_weights_starts_from_them(trained, tmp_path, capsys):
+    """`--weights` goes through the builders' `weights=`: with lr 0 the model is the checkpoint."""
+    run_dir, output = trained
+    top1 = re.search(r"Validation top-1 (0\.\d{4})", output).group(1)
+    flags = [*TINY_FLAGS, "--weights", str(run_dir / "best.keras"), "--learning-rate", "0"]
+    assert main(["train", "--output-dir", str(tmp_path / "ft"), *flags]) == 0
+    assert f"Validation top-1 {top1}" in capsys.readouterr().out
 
 
 def test_export_saved_model_and_onnx_match_the_model(trained, tmp_path, capsys):

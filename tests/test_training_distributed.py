@@ -41,26 +41,22 @@ def _assert_trained(report, strategy, replicas):
 
 @pytest.mark.skipif(BACKEND != "jax", reason="JAX's DataParallel / ModelParallel: runs under KERAS_BACKEND=jax")
 def test_jax_data_parallel_and_model_parallel_on_two_cpu_devices(tmp_path):
-    (tmp_path / "dp").mkdir()
-    (tmp_path / "mp").mkdir()
-    data_parallel = _run([sys.executable, WORKER, "data_parallel", str(tmp_path / "dp")], "jax", tmp_path / "dp")
-    report = data_parallel["result-0.json"]
-    _assert_trained(report, "data_parallel", 2)
-    assert report["identical"]  # both devices hold the same weights after training
-    model_parallel = _run([sys.executable, WORKER, "model_parallel", str(tmp_path / "mp")], "jax", tmp_path / "mp")
-    report = model_parallel["result-0.json"]
-    _assert_trained(report, "model_parallel", 2)
-    qkv_shape, qkv_shards = report["sharded"]["encoder/encoderblock_0/attention/qkv/kernel"]
+    results = _run([sys.executable, WORKER, "data_parallel,model_parallel", str(tmp_path)], "jax", tmp_path)
+    data_parallel, model_parallel = results["result-data_parallel-0.json"], results["result-model_parallel-0.json"]
+    _assert_trained(data_parallel, "data_parallel", 2)
+    assert data_parallel["identical"]  # both devices hold the same weights after training
+    _assert_trained(model_parallel, "model_parallel", 2)
+    qkv_shape, qkv_shards = model_parallel["sharded"]["encoder/encoderblock_0/attention/qkv/kernel"]
     assert qkv_shape == [32, 96] and qkv_shards == [[32, 48]]  # split over the "model" axis
-    assert report["sharded"]["encoder/encoderblock_0/mlp/dense_1/kernel"][1] == [[32, 32]]
-    assert report["sharded"]["encoder/encoderblock_0/ln_1/gamma"][1] == [[32]]  # replicated
+    assert model_parallel["sharded"]["encoder/encoderblock_0/mlp/dense_1/kernel"][1] == [[32, 32]]
+    assert model_parallel["sharded"]["encoder/encoderblock_0/ln_1/gamma"][1] == [[32]]  # replicated
     # the same global batches give the same training under either layout
-    np.testing.assert_allclose(model_parallel["result-0.json"]["loss"], data_parallel["result-0.json"]["loss"], rtol=1e-4)
+    np.testing.assert_allclose(model_parallel["loss"], data_parallel["loss"], rtol=1e-4)
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute.MirroredStrategy: runs under KERAS_BACKEND=tensorflow")
 def test_tensorflow_mirrored_strategy_on_two_logical_cpus(tmp_path):
-    report = _run([sys.executable, WORKER, "mirrored", str(tmp_path)], "tensorflow", tmp_path)["result-0.json"]
+    report = _run([sys.executable, WORKER, "mirrored", str(tmp_path)], "tensorflow", tmp_path)["result-mirrored-0.json"]
     _assert_trained(report, "mirrored", 2)
     assert report["identical"]
 
@@ -72,12 +68,12 @@ def test_torch_ddp_with_two_gloo_processes(tmp_path):
         WORKER, "torch_ddp", str(tmp_path),
     ]
     results = _run(command, "torch", tmp_path)
-    assert sorted(results) == ["result-0.json", "result-1.json"]
+    assert sorted(results) == ["result-torch_ddp-0.json", "result-torch_ddp-1.json"]
     for report in results.values():
         _assert_trained(report, "torch_ddp", 1)
     # each process saw its own half of the data, yet both end with the same weights
-    assert results["result-0.json"]["loss"] != results["result-1.json"]["loss"]
-    first, second = np.load(tmp_path / "weights-0.npz"), np.load(tmp_path / "weights-1.npz")
-    assert sorted(first.files) == sorted(second.files) and len(first.files) == 32
+    assert results["result-torch_ddp-0.json"]["loss"] != results["result-torch_ddp-1.json"]["loss"]
+    first, second = np.load(tmp_path / "weights-torch_ddp-0.npz"), np.load(tmp_path / "weights-torch_ddp-1.npz")
+    assert sorted(first.files) == sorted(second.files) and len(first.files) == 20
     for key in first.files:
         np.testing.assert_array_equal(first[key], second[key])

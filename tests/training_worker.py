@@ -1,15 +1,16 @@
-"""Trains a tiny ViT under a distribution strategy in its own process (for test_training_distributed).
+"""Trains a tiny ViT under distribution strategies in its own process (for test_training_distributed).
 
-Usage: python training_worker.py STRATEGY OUT_DIR   (KERAS_BACKEND chosen by the caller;
-torch_ddp is launched with torchrun). Writes OUT_DIR/result-<rank>.json with the loss
-history, whether each variable's replicas are identical, and the weights as .npz.
+Usage: python training_worker.py STRATEGY[,STRATEGY...] OUT_DIR   (KERAS_BACKEND chosen by the
+caller; torch_ddp is launched with torchrun). Writes OUT_DIR/result-<strategy>-<rank>.json with
+the loss history, whether each variable's replicas are identical (and how JAX's ModelParallel
+sharded them), and OUT_DIR/weights-<strategy>-<rank>.npz with the trained weights.
 """
 
 import json
 import os
 import sys
 
-STRATEGY, OUT = sys.argv[1], sys.argv[2]
+STRATEGIES, OUT = sys.argv[1].split(","), sys.argv[2]
 BACKEND = os.environ["KERAS_BACKEND"]
 if BACKEND == "jax":
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
@@ -36,14 +37,14 @@ def replicas(variable):
     return [keras.ops.convert_to_numpy(value)]
 
 
-def main():
+def run(strategy):
     rank = int(os.environ.get("RANK", "0"))
     digits = load_digits()
     data = ((digits.images[:512] * (255 / 16)).astype("uint8"), digits.target[:512])
     config = recipe(
-        "digits", image_size=8, patch_size=2, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64,
+        "digits", image_size=8, patch_size=2, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64,
         batch_size=32, epochs=2, learning_rate=5e-3, warmup_steps=2, tensorboard=False, verbose=0,
-        val_fraction=0.25, strategy=STRATEGY, output_dir=os.path.join(OUT, "run"),
+        val_fraction=0.25, strategy=strategy, output_dir=os.path.join(OUT, strategy),
         jit_compile=BACKEND == "jax",
     )
     report = {"identical": True, "changed": 0, "replica_counts": [], "sharded": {}}
@@ -61,16 +62,17 @@ def main():
                 arrays[variable.path] = copies[0]
                 report["replica_counts"].append(len(copies))
                 report["identical"] &= all(np.array_equal(copies[0], c) for c in copies[1:])
-                if BACKEND == "jax" and STRATEGY == "model_parallel":
+                if BACKEND == "jax" and strategy == "model_parallel":
                     shapes = sorted({tuple(s.data.shape) for s in variable.value.addressable_shards})
                     report["sharded"][variable.path] = [list(variable.shape), [list(s) for s in shapes]]
 
     result = train(config, data=data, callbacks=[Inspect()])
     report.update(strategy=result.strategy, loss=result.history["loss"], top1=result.top1, steps=result.steps)
     report["changed"] = sum(not np.allclose(arrays[p], initial[p]) for p in initial)
-    np.savez(os.path.join(OUT, f"weights-{rank}.npz"), **{k.replace("/", "|"): v for k, v in arrays.items()})
-    with open(os.path.join(OUT, f"result-{rank}.json"), "w") as handle:
+    np.savez(os.path.join(OUT, f"weights-{strategy}-{rank}.npz"), **{k.replace("/", "|"): v for k, v in arrays.items()})
+    with open(os.path.join(OUT, f"result-{strategy}-{rank}.json"), "w") as handle:
         json.dump(report, handle)
 
 if __name__ == "__main__":
-    main()
+    for name in STRATEGIES:
+        run(name)

@@ -36,8 +36,9 @@ def _train(args):
         f"of the best model{epoch}; {result.steps} steps in {result.seconds:.0f} s "
         f"({result.precision}, strategy {result.strategy})."
     )
-    print(f"Saved the best model to {result.best_path} (last epoch: {result.final_path}).")
-    print(f"Logs: {result.run_dir}/log.csv, TensorBoard: {result.run_dir}/tensorboard")
+    run_dir = os.path.abspath(result.run_dir)
+    print(f"Saved the best model to {os.path.abspath(result.best_path)} (last epoch: {os.path.abspath(result.final_path)}).")
+    print(f"Logs: {run_dir}/log.csv, TensorBoard: {run_dir}/tensorboard")
     return 0
 
 

@@ -99,11 +99,19 @@ def _tf_plan(name):
         strategy = tf.distribute.TPUStrategy(resolver)
     else:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    replicas = strategy.num_replicas_in_sync
+    pad = replicas if name == "tpu" else 1  # TPUs need evaluation batches that split evenly
+    return Plan(name, replicas=replicas, is_chief=_tf_chief(strategy), pad_multiple=pad, scope=strategy.scope)
+
+
+def _tf_chief(strategy):
+    """The chief of a multi-worker cluster: its "chief" task, else worker 0."""
     resolver = strategy.cluster_resolver
-    chief = resolver is None or not resolver.task_type or resolver.task_type == "chief" or (
-        resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().jobs
-    )
-    return Plan(name, replicas=strategy.num_replicas_in_sync, is_chief=chief, scope=strategy.scope)
+    if resolver is None or not resolver.task_type:
+        return True
+    if "chief" in resolver.cluster_spec().jobs:
+        return resolver.task_type == "chief"
+    return resolver.task_type == "worker" and resolver.task_id == 0
 
 
 def _jax_multi_host():

@@ -206,7 +206,8 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
         seed=config.seed,
     )
     batch = plan.per_process_batch(config.micro_batch_size)
-    examples = pipeline.shard_size(source.train_size, *plan.shard) * plan.shard[0]
+    shards = plan.shard[0]  # every process plans with the smallest shard: the same steps everywhere
+    examples = pipeline.shard_size(source.train_size, shards, shards - 1) * shards
     steps_per_epoch, epochs = schedule_steps(config, examples)
     total_updates = steps_per_epoch * epochs // config.accumulation_steps
     augmentation = pipeline.Augmentation(
@@ -221,7 +222,12 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
     )
     one_hot = config.label_smoothing > 0 or augmentation.mixes_labels
 
-    model = model if model is not None else build_model(config, source.num_classes)
+    if model is None:
+        model = build_model(config, source.num_classes)
+    elif tuple(model.inputs[0].shape[1:3]) not in ((config.image_size,) * 2, (None, None)):
+        raise ValueError(
+            f"The model takes {tuple(model.inputs[0].shape[1:])} images but image_size={config.image_size}."
+        )
     train_model, from_logits = logits_model(model)
     peak = optim.scaled_learning_rate(config.learning_rate, config.batch_size, config.reference_batch_size, config.lr_scaling)
     warmup = min(config.warmup_steps, total_updates)
@@ -280,7 +286,7 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
         )
         fitted = train_model.fit(
             train_ds, epochs=end_epoch, initial_epoch=epoch, steps_per_epoch=steps,
-            validation_data=val_ds, callbacks=callbacks, verbose=verbose,
+            validation_data=val_ds, callbacks=callbacks, verbose=verbose, shuffle=False,
         )
         _merge(history, fitted.history)
         if state.step == done or train_model.stop_training:  # a callback stopped the run
