@@ -118,6 +118,17 @@ def test_tfds_errors_are_clear(tmp_path):
         data.load_source("mnist", data_dir=str(tmp_path), download=False)
 
 
+def test_offline_download_failure_is_clear(tmp_path, monkeypatch):
+    import tensorflow_datasets as tfds
+
+    def offline(self, *args, **kwargs):
+        raise ConnectionError("Failed to resolve 'storage.googleapis.com'")
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", offline)
+    with pytest.raises(data.DatasetUnavailableError, match="Could not download.*resolve.*offline.*tfds build mnist"):
+        data.load_source("mnist", data_dir=str(tmp_path))
+
+
 def test_missing_paths_are_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="No such image folder"):
         data.load_source(str(tmp_path / "nothere" / "x"))
@@ -159,8 +170,8 @@ def test_scaling_matches_preprocess_input():
 
 def test_train_stream_is_reproducible_and_resumable():
     source = data.load_source("digits")
-    full = _batches(pipeline.train_dataset(source, AUG, 32, seed=3), 50)  # crosses an epoch boundary
-    resumed = _batches(pipeline.train_dataset(source, AUG, 32, seed=3, start=40 * 32), 10)
+    full = _batches(pipeline.train_dataset(source, AUG, 32, seed=3, deterministic=True), 50)  # > 1 epoch
+    resumed = _batches(pipeline.train_dataset(source, AUG, 32, seed=3, start=40 * 32, deterministic=True), 10)
     for (xa, ya), (xb, yb) in zip(full[40:], resumed):
         np.testing.assert_array_equal(xa, xb)
         np.testing.assert_array_equal(ya, yb)
@@ -198,6 +209,16 @@ def test_randaugment_mixup_cutmix_in_tf_data():
     np.testing.assert_allclose(labels.sum(axis=1), 1.0, atol=1e-5)
     assert np.all(np.isfinite(images)) and -1.0 <= images.min() and images.max() <= 1.0
     assert (labels.max(axis=1) < 1.0 - 1e-6).any()  # some labels are mixed
+
+
+def test_equalization_of_randaugment_matches_keras_in_tf_data(rng):
+    """The fast histogram that RandAugment's equalization uses inside tf.data gives Keras' result."""
+    image = rng.integers(0, 128, (6, 6, 1)).astype("float32")  # one channel: the Keras path is slow
+    ours = augment.rand_augment(1, 0.5).equalization
+    reference = __import__("keras").layers.Equalization(value_range=(0, 255))
+    out = [next(iter(tf.data.Dataset.from_tensors(image).map(layer))).numpy() for layer in (ours, reference)]
+    np.testing.assert_allclose(out[0], out[1])
+    assert not np.allclose(out[0], image)
 
 
 def test_augmentation_validation():

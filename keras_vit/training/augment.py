@@ -96,7 +96,7 @@ class _Equalization(keras.layers.Equalization):
 def rand_augment(num_ops, factor, seed=None):
     """`keras.layers.RandAugment` on [0, 255] images, safe and fast in tf.data on all backends."""
     layer = keras.layers.RandAugment(value_range=(0, 255), num_ops=num_ops, factor=factor, seed=seed)
-    layer.equalization = _Equalization(value_range=(0, 255))
+    layer.equalization = _Equalization(value_range=(0, 255), name="equalization")
     return layer
 
 

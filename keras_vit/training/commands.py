@@ -54,6 +54,9 @@ def _evaluate(args):
 def _predict(args):
     from keras_vit.training.inference import load_model, predict
 
+    missing = [path for path in args.images if not os.path.isfile(path)]
+    if missing:
+        raise FileNotFoundError(f"No image file {', '.join(missing)}.")
     model, names, crop = load_model(args.model, args.weights)
     for path, best in zip(args.images, predict(model, args.images, class_names=names, top=args.top, crop_fraction=crop)):
         print(path)

@@ -24,8 +24,9 @@ FINGERPRINT = (
 
 @dataclasses.dataclass
 class TrainResult:
-    """What a run produced: paths, metrics of the best model on the validation split, history."""
+    """What a run produced: the model (best weights), paths, its validation metrics, history."""
 
+    model: keras.Model
     run_dir: str
     best_path: str
     final_path: str
@@ -308,6 +309,7 @@ def _finish(config, plan, policy, model, train_model, state, val_ds, history, st
         model.load_weights(state.best_path)
     results = train_model.evaluate(val_ds, verbose=0, return_dict=True)
     return TrainResult(
+        model=model,
         run_dir=config.run_dir,
         best_path=state.best_path if os.path.exists(state.best_path) else final_path,
         final_path=final_path,
