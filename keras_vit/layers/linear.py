@@ -43,12 +43,15 @@ def _read(variable):
 @keras.saving.register_keras_serializable(package="keras_vit")
 class Linear(keras.layers.Dense):
     """`keras.layers.Dense` (same weights `kernel`, `bias`, same outputs) computed by
-    `_affine`. Falls back to `Dense.call` for what `_affine` does not cover (no bias, an
-    activation, LoRA, quantisation)."""
+    `_affine` on JAX, whose train step XLA compiles for CPU. Elsewhere, and for what
+    `_affine` does not cover (no bias, an activation, LoRA, quantisation), it is `Dense.call`:
+    on PyTorch a custom gradient only adds an autograd Function per call (measured: 3% of
+    ViT-B/16 inference), and TensorFlow's XLA does not show the pathology."""
 
     def call(self, inputs, training=None):
         if (
-            self.bias is None
+            keras.backend.backend() != "jax"
+            or self.bias is None
             or self.activation is not keras.activations.linear
             or self.lora_enabled
             or self.quantization_mode is not None
