@@ -105,7 +105,8 @@ def test_auto_precision_by_hardware(monkeypatch):
         monkeypatch.setattr(precision, "accelerator", lambda device=device: device)
         assert precision.resolve_precision("auto") == expected
     monkeypatch.setattr(precision, "accelerator", lambda: ("cpu", None))
-    for has_bf16, expected in ((True, "mixed_bfloat16"), (False, "float32")):
+    cpu_bf16 = "float32" if keras.backend.backend() == "jax" else "mixed_bfloat16"
+    for has_bf16, expected in ((True, cpu_bf16), (False, "float32")):
         monkeypatch.setattr(precision, "cpu_has_bfloat16", lambda has_bf16=has_bf16: has_bf16)
         assert precision.resolve_precision("auto") == expected
     with pytest.raises(ValueError, match="precision='half'"):

@@ -61,7 +61,10 @@ def resolve_precision(precision="auto"):
     """The dtype policy name for `precision`; "auto" picks by hardware.
 
     auto: bfloat16 on TPUs, on GPUs of compute capability >= 8.0 (Ampere and newer) and on
-    CPUs with bfloat16 instructions; float16 (with loss scaling) on older GPUs; else float32.
+    CPUs with bfloat16 instructions under TensorFlow and PyTorch (oneDNN runs their bf16
+    matmuls on those units); float16 (with loss scaling) on older GPUs; else float32. JAX on
+    CPU stays float32: XLA's CPU matmuls do not use the bf16 units, so bf16 is slower there
+    (benchmarks/RESULTS.md).
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}; expected one of {PRECISIONS}.")
@@ -72,7 +75,8 @@ def resolve_precision(precision="auto"):
         return "mixed_bfloat16"
     if kind == "gpu":
         return "mixed_bfloat16" if capability >= (8, 0) else "mixed_float16"
-    return "mixed_bfloat16" if cpu_has_bfloat16() else "float32"
+    fast_bf16 = cpu_has_bfloat16() and keras.backend.backend() != "jax"
+    return "mixed_bfloat16" if fast_bf16 else "float32"
 
 
 def apply_precision(precision="auto"):
