@@ -76,7 +76,7 @@ class Worker:
             precision=precision,
             mode=mode,
             warmup=args.warmup,
-            jit=args.jit == "on",
+            jit={"on": True, "off": False, "auto": "auto"}[args.jit],
             torch_compile=args.torch_compile == "on",
             threads=args.threads,
         )
@@ -164,12 +164,15 @@ def worker_memory_gib(variant, mode):
 
 
 def job_groups(jobs, mode, args):
-    """Jobs on the same backend go together (keras_vit beside keras-hub), at most
-    `args.group_size` at a time (default: what fits in the available memory)."""
+    """All jobs in one interleaved group when they fit in memory together, else groups of
+    at most `args.group_size` (default: what fits in the available memory) with the jobs
+    of one backend together (keras_vit beside keras-hub)."""
     size = args.group_size
     if size is None:
         free = _available_memory_gib()
         size = max(1, int((free - 4.0) // worker_memory_gib(args.variant, mode))) if free else len(jobs)
+    if size >= len(jobs):
+        return [list(jobs)]
     by_backend = {}
     for framework, precision in jobs:
         backend = framework.partition("/")[2] or "torch"
@@ -303,10 +306,12 @@ def parse_args(argv):
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--frameworks", nargs="+", default=None,
                         help="default: keras_vit and keras_hub on every backend, transformers, timm if importable")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=1, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (compilation included)")
-    parser.add_argument("--jit", choices=("on", "off"), default="on", help="XLA on TensorFlow and JAX")
+    parser.add_argument("--jit", choices=("auto", "on", "off"), default="auto",
+                        help="XLA on TensorFlow and JAX; auto: Keras' own choice (XLA on JAX, and on "
+                             "TensorFlow unless the machine has only CPUs)")
     parser.add_argument("--torch-compile", choices=("on", "off"), default="off",
                         help="torch.compile for PyTorch models (keras: compile(jit_compile=True))")
     parser.add_argument("--group-size", type=int, default=None,
@@ -338,6 +343,7 @@ def main(argv=None):
             report["results"].append({
                 "framework": w.framework, "precision": w.precision, "mode": mode,
                 "images_per_s": statistics.median(w.rounds) if w.rounds else None,
+                "best_images_per_s": max(w.rounds, default=None),
                 "rounds": [round(x, 3) for x in w.rounds], "setup": w.info, "error": w.error,
             })
     report["load_after"] = os.getloadavg()
