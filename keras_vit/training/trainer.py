@@ -210,17 +210,7 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
     shards = plan.shard[0]  # every process plans with the smallest shard: the same steps everywhere
     examples = pipeline.shard_size(source.train_size, shards, shards - 1) * shards
     steps_per_epoch, epochs = schedule_steps(config, examples)
-    total_updates = steps_per_epoch * epochs // config.accumulation_steps
-    augmentation = pipeline.Augmentation(
-        config.image_size,
-        crop_area=config.crop_area,
-        crop_aspect=config.crop_aspect,
-        flip=config.flip,
-        randaugment_ops=config.randaugment_ops,
-        randaugment_factor=config.randaugment_factor,
-        mixup=config.mixup,
-        cutmix=config.cutmix,
-    )
+    augmentation = _augmentation(config)
     one_hot = config.label_smoothing > 0 or augmentation.mixes_labels
 
     if model is None:
@@ -229,35 +219,15 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
         raise ValueError(
             f"The model takes {tuple(model.inputs[0].shape[1:])} images but image_size={config.image_size}."
         )
-    train_model, from_logits = logits_model(model)
-    peak = optim.scaled_learning_rate(config.learning_rate, config.batch_size, config.reference_batch_size, config.lr_scaling)
-    warmup = min(config.warmup_steps, total_updates)
-    schedule = optim.WarmupSchedule(peak, total_updates, warmup, config.schedule)
-    optimizer = optim.build_optimizer(
-        config.optimizer,
-        schedule,
-        momentum=config.momentum,
-        beta_1=config.beta_1,
-        beta_2=config.beta_2,
-        weight_decay=config.weight_decay,
-        clipnorm=config.clipnorm,
-        accumulation_steps=config.accumulation_steps,
-    )
-    loss, metrics = loss_and_metrics(source.num_classes, one_hot, from_logits, config.label_smoothing)
-    train_model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=config.jit_compile)
-
-    fingerprint = {k: getattr(config, k) for k in FINGERPRINT}
-    fingerprint["data"] = source.name
+    train_model = _compile(config, model, source.num_classes, one_hot, steps_per_epoch * epochs)
     state = checkpointing.RunState(
         config.run_dir,
         model,
         every_steps=config.checkpoint_every,
         monitor=config.monitor,
-        fingerprint=json.loads(json.dumps(fingerprint)),
+        fingerprint=_fingerprint(config, source),
         write=plan.is_chief,
     )
-    if not train_model.optimizer.built:
-        train_model.optimizer.build(train_model.trainable_variables)
     start = state.restore(train_model) if resume else 0
     if plan.is_chief:
         if start == 0 and os.path.exists(os.path.join(config.run_dir, "log.csv")):
@@ -269,32 +239,79 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
         source, config.image_size, batch, one_hot=one_hot, crop_fraction=config.eval_crop,
         pad_to_multiple=plan.pad_multiple, on_corrupt=config.on_corrupt,
     )
-    callbacks = _callbacks(config, plan, state, extra_callbacks)
-    verbose = config.verbose if plan.is_chief else 0
-    history = {}
-    total = steps_per_epoch * epochs
-    if start and plan.is_chief:
-        print(f"Resuming {config.run_dir} at step {start}/{total} (epoch {start // steps_per_epoch + 1}).")
-    done = start
-    while done < total:
-        epoch, within = divmod(done, steps_per_epoch)
-        end_epoch = epoch + 1 if within else epochs
-        steps = steps_per_epoch - within
-        train_ds = pipeline.train_dataset(
-            source, augmentation, batch, one_hot=one_hot, seed=config.seed, start=done * batch,
+
+    def train_stream(start_step):
+        return pipeline.train_dataset(
+            source, augmentation, batch, one_hot=one_hot, seed=config.seed, start=start_step * batch,
             shuffle_buffer=config.shuffle_buffer, shard=plan.shard, deterministic=config.deterministic,
             on_corrupt=config.on_corrupt,
         )
+
+    callbacks = _callbacks(config, plan, state, extra_callbacks)
+    if start and plan.is_chief:
+        print(f"Resuming {config.run_dir} at step {start}/{steps_per_epoch * epochs} "
+              f"(epoch {start // steps_per_epoch + 1}).")
+    history = _fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks,
+                   config.verbose if plan.is_chief else 0)
+    return _finish(config, plan, policy, model, train_model, state, val_ds, history, start, started)
+
+
+def _augmentation(config):
+    return pipeline.Augmentation(
+        config.image_size,
+        crop_area=config.crop_area,
+        crop_aspect=config.crop_aspect,
+        flip=config.flip,
+        randaugment_ops=config.randaugment_ops,
+        randaugment_factor=config.randaugment_factor,
+        mixup=config.mixup,
+        cutmix=config.cutmix,
+    )
+
+
+def _fingerprint(config, source):
+    fingerprint = {k: getattr(config, k) for k in FINGERPRINT}
+    fingerprint["data"] = source.name
+    return json.loads(json.dumps(fingerprint))  # as it reads back from state.json
+
+
+def _compile(config, model, num_classes, one_hot, total_steps):
+    """Compiles the logits model of `model` with the recipe's optimizer, schedule and loss."""
+    train_model, from_logits = logits_model(model)
+    total_updates = total_steps // config.accumulation_steps
+    peak = optim.scaled_learning_rate(config.learning_rate, config.batch_size, config.reference_batch_size, config.lr_scaling)
+    schedule = optim.WarmupSchedule(peak, total_updates, min(config.warmup_steps, total_updates), config.schedule)
+    optimizer = optim.build_optimizer(
+        config.optimizer,
+        schedule,
+        momentum=config.momentum,
+        beta_1=config.beta_1,
+        beta_2=config.beta_2,
+        weight_decay=config.weight_decay,
+        clipnorm=config.clipnorm,
+        accumulation_steps=config.accumulation_steps,
+    )
+    loss, metrics = loss_and_metrics(num_classes, one_hot, from_logits, config.label_smoothing)
+    train_model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=config.jit_compile)
+    train_model.optimizer.build(train_model.trainable_variables)
+    return train_model
+
+
+def _fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks, verbose):
+    """`fit` from `state.step` to the end; a run resumed mid-epoch first finishes that epoch."""
+    history, done, total = {}, state.step, steps_per_epoch * epochs
+    while done < total:
+        epoch, within = divmod(done, steps_per_epoch)
         fitted = train_model.fit(
-            train_ds, epochs=end_epoch, initial_epoch=epoch, steps_per_epoch=steps,
-            validation_data=val_ds, callbacks=callbacks, verbose=verbose, shuffle=False,
+            train_stream(done), epochs=epoch + 1 if within else epochs, initial_epoch=epoch,
+            steps_per_epoch=steps_per_epoch - within, validation_data=val_ds, callbacks=callbacks,
+            verbose=verbose, shuffle=False,
         )
         _merge(history, fitted.history)
         if state.step == done or train_model.stop_training:  # a callback stopped the run
             break
         done = state.step
-
-    return _finish(config, plan, policy, model, train_model, state, val_ds, history, start, started)
+    return history
 
 
 def _finish(config, plan, policy, model, train_model, state, val_ds, history, start, started):
