@@ -117,18 +117,19 @@ class KerasHubRunner(KerasRunner):
 
 
 class TorchRunner:
-    """A PyTorch reference with the usual loop: autocast for bf16, `torch.optim.AdamW`,
-    `torch.compile(model)` when asked."""
+    """A PyTorch reference with the usual loop: on the GPU when there is one, autocast for
+    bf16, `torch.optim.AdamW`, `torch.compile(model)` when asked."""
 
     def __init__(self, cfg):
         import torch
 
         self.torch = torch
         torch.manual_seed(0)
-        self.model = self._build(cfg)
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model = self._build(cfg).to(self.device)
         images, labels = _data(cfg)
-        self.images = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
-        self.labels = torch.from_numpy(labels).long()
+        self.images = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous().to(self.device)
+        self.labels = torch.from_numpy(labels).long().to(self.device)
         self.bf16 = cfg["precision"] == "mixed_bfloat16"
         self.forward = torch.compile(self.model) if cfg["torch_compile"] else self.model
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
@@ -138,13 +139,13 @@ class TorchRunner:
         raise NotImplementedError
 
     def _logits(self):
-        with self.torch.autocast("cpu", dtype=self.torch.bfloat16, enabled=self.bf16):
+        with self.torch.autocast(self.device, dtype=self.torch.bfloat16, enabled=self.bf16):
             out = self.forward(self.images)
         return out.logits if hasattr(out, "logits") else out
 
     def infer(self):
         with self.torch.inference_mode():
-            return self._logits().float().numpy()
+            return self._logits().float().cpu().numpy()
 
     def train(self):
         loss = self.torch.nn.functional.cross_entropy(self._logits().float(), self.labels)

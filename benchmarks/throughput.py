@@ -274,6 +274,28 @@ def summarise(results):
     return rows, headline
 
 
+def flops_per_image(variant, resolution, classes=1000):
+    """Forward FLOPs (2 per multiply-add) of one image: patch embedding, every block's
+    qkv / out / MLP matmuls and attention products, and the head. Training is 3x."""
+    patch, width, depth, _heads, mlp = ARCHITECTURES[variant]
+    patches = (resolution // patch) ** 2
+    tokens = patches + 1
+    block = 2 * tokens * (4 * width * width + 2 * width * mlp) + 2 * 2 * tokens * tokens * width
+    return 2 * patches * patch * patch * 3 * width + depth * block + 2 * width * classes
+
+
+def print_utilisation(rows, args):
+    """Model TFLOP/s of every row and, with `--peak-tflops`, the share of the device's peak."""
+    forward = flops_per_image(args.variant, args.resolution)
+    print()
+    for row in rows:
+        for mode, factor in (("inference", 1), ("training", 3)):
+            if row.get(mode):
+                tflops = row[mode] * forward * factor / 1e12
+                share = f" = {100 * tflops / args.peak_tflops:.0f}% of {args.peak_tflops:g}" if args.peak_tflops else ""
+                print(f"{row['framework']} {row['precision']} {mode}: {tflops:.3f} TFLOP/s{share}")
+
+
 def _fmt(x, spec=".2f"):
     return "-" if x is None else format(x, spec)
 
@@ -301,6 +323,9 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", default="ViTB16", choices=list(ARCHITECTURES))
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the device's peak TFLOP/s at the measured precision (e.g. 989 for an "
+                             "H100 SXM in dense bf16): prints each row's share of it")
     parser.add_argument("--resolution", type=int, default=224)
     parser.add_argument("--precision", nargs="+", default=["float32"], choices=PRECISIONS)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
@@ -350,6 +375,7 @@ def main(argv=None):
     rows, headline = summarise(report["results"])
     report["table"], report["headline"] = rows, headline
     print_table(rows, headline, args)
+    print_utilisation(rows, args)
     print(f"\nload average before {report['load_before'][0]:.2f}, after {report['load_after'][0]:.2f}")
     text = json.dumps(report, indent=1)
     if args.json:
