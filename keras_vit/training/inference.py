@@ -11,6 +11,7 @@ from keras_vit.applications.configs import VARIANTS
 from keras_vit.applications.imagenet import imagenet_classes
 from keras_vit.training import augment, pipeline
 from keras_vit.training.data import load_source, decode_image_file
+from keras_vit.training.trainer import ends_with_softmax
 
 
 def run_metadata(model_path):
@@ -30,13 +31,11 @@ def load_model(model="runs/digits/best.keras", weights="imagenet"):
     if model in VARIANTS:
         import keras_vit
 
-        built = getattr(keras_vit, model)(weights=weights)
-        names = [name for _, name in imagenet_classes()] if built.output_shape[-1] == 1000 else None
-        return built, names, 1.0
-    if not os.path.exists(model):
+        loaded, classes = getattr(keras_vit, model)(weights=weights), {}
+    elif os.path.exists(model):
+        loaded, classes = keras.saving.load_model(model), run_metadata(model).get("classes", {})
+    else:
         raise FileNotFoundError(f"No model at {model}: give a .keras file (e.g. runs/digits/best.keras) or one of {', '.join(VARIANTS)}.")
-    loaded = keras.saving.load_model(model)
-    classes = run_metadata(model).get("classes", {})
     names = classes.get("class_names")
     if names is None and loaded.output_shape[-1] == 1000:
         names = [name for _, name in imagenet_classes()]
@@ -69,10 +68,8 @@ def evaluate(model_path, data=None, *, split="validation", batch_size=128, **sou
     if classes != source.num_classes:
         raise ValueError(f"The model predicts {classes} classes, {source.name!r} has {source.num_classes}.")
     ds = pipeline.eval_dataset(source, _image_size(model), batch_size, crop_fraction=eval_crop, split=split)
-    last = model.layers[-1]
-    from_logits = not (isinstance(last, keras.layers.Activation) and last.activation is keras.activations.softmax)
     model.compile(
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=not ends_with_softmax(model)),
         metrics=[
             keras.metrics.SparseCategoricalAccuracy(name="top1"),
             keras.metrics.SparseTopKCategoricalAccuracy(min(5, classes), name="top5"),
@@ -100,8 +97,7 @@ def load_images(paths, image_size, crop_fraction=1.0):
 def predict(model, paths, *, class_names=None, top=5, crop_fraction=1.0):
     """For each image file, the `top` classes as `(index, name, probability)`."""
     probs = keras.ops.convert_to_numpy(model.predict(load_images(paths, _image_size(model), crop_fraction), verbose=0))
-    last = model.layers[-1]
-    if not (isinstance(last, keras.layers.Activation) and last.activation is keras.activations.softmax):
+    if not ends_with_softmax(model):
         probs = keras.ops.convert_to_numpy(keras.ops.softmax(probs, axis=-1))
     results = []
     for row in probs:

@@ -62,19 +62,26 @@ def build_model(config, num_classes):
     )
 
 
+def _ends_with(model, activation):
+    last = model.layers[-1]
+    return isinstance(last, keras.layers.Activation) and last.activation is activation
+
+
+def ends_with_softmax(model):
+    """True if the model's last layer is a softmax `Activation` (it outputs probabilities)."""
+    return _ends_with(model, keras.activations.softmax)
+
+
 def logits_model(model):
     """`(training_model, from_logits)`: the model without its final softmax where it has one.
 
     The loss is then computed from float32 logits (stable under mixed precision); the
     training model shares all layers (and weights) with `model`.
     """
-    last = model.layers[-1]
-    if isinstance(last, keras.layers.Activation) and last.activation is keras.activations.softmax:
-        logits = keras.layers.Activation("linear", dtype="float32", name="logits")(last.input)
+    if ends_with_softmax(model):
+        logits = keras.layers.Activation("linear", dtype="float32", name="logits")(model.layers[-1].input)
         return keras.Model(model.inputs, logits, name=f"{model.name}_logits"), True
-    if isinstance(last, keras.layers.Activation) and last.activation is keras.activations.linear:
-        return model, True
-    return model, False
+    return model, _ends_with(model, keras.activations.linear)
 
 
 def loss_and_metrics(num_classes, one_hot, from_logits, label_smoothing):
