@@ -85,16 +85,14 @@ def build_optimizer(
         global_clipnorm=clipnorm or None,
         gradient_accumulation_steps=accumulation_steps if accumulation_steps > 1 else None,
     )
+    if weight_decay or name == "adamw":  # AdamW's own default decay is not 0: always pass ours
+        common["weight_decay"] = weight_decay
     if name == "sgd":
-        if weight_decay:
-            common["weight_decay"] = weight_decay
         optimizer = keras.optimizers.SGD(momentum=momentum, **common)
     elif name == "adam":
-        if weight_decay:
-            common["weight_decay"] = weight_decay
         optimizer = keras.optimizers.Adam(beta_1=beta_1, beta_2=beta_2, **common)
     else:
-        optimizer = keras.optimizers.AdamW(beta_1=beta_1, beta_2=beta_2, weight_decay=weight_decay, **common)
+        optimizer = keras.optimizers.AdamW(beta_1=beta_1, beta_2=beta_2, **common)
     if weight_decay:
         optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
     return optimizer
