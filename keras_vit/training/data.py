@@ -164,7 +164,7 @@ def from_arrays(data, *, val_fraction=0.1, seed=0, name="arrays", class_names=No
         x, x_val = _as_rgb_uint8(x, "x_train"), _as_rgb_uint8(x_val, "x_val")
         y, y_val = _as_labels(y, len(x), "y_train"), _as_labels(y_val, len(x_val), "y_val")
     elif len(data) == 2:
-        x, y = _as_rgb_uint8(data[0], "x"), None
+        x = _as_rgb_uint8(data[0], "x")
         y = _as_labels(data[1], len(x), "y")
         train, held = stratified_split(y, val_fraction, seed)
         x, x_val, y, y_val = x[train], x[held], y[train], y[held]
