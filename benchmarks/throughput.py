@@ -155,11 +155,16 @@ def measure_mode(mode, jobs, args):
     return sorted(workers, key=lambda w: order[(w.framework, w.precision)])
 
 
+def encoder_matmul_weights(variant):
+    """Weights of the encoder's qkv, out and MLP kernels (the bulk of a ViT's parameters)."""
+    _patch, width, depth, _heads, mlp = ARCHITECTURES[variant]
+    return depth * (4 * width * width + 2 * width * mlp)
+
+
 def worker_memory_gib(variant, mode):
     """A rough resident size of one worker: weights (and gradients and AdamW moments when
     training) in float32 plus the framework's own footprint."""
-    patch, width, depth, _, mlp = ARCHITECTURES[variant]
-    params = depth * (4 * width * width + 2 * width * mlp) + 1000 * width
+    params = encoder_matmul_weights(variant) + 1000 * ARCHITECTURES[variant][1]
     return params * 4 * (10 if mode == "training" else 3) / 2**30 + 1.0
 
 
@@ -277,11 +282,12 @@ def summarise(results):
 def flops_per_image(variant, resolution, classes=1000):
     """Forward FLOPs (2 per multiply-add) of one image: patch embedding, every block's
     qkv / out / MLP matmuls and attention products, and the head. Training is 3x."""
-    patch, width, depth, _heads, mlp = ARCHITECTURES[variant]
+    patch, width, depth, _heads, _mlp = ARCHITECTURES[variant]
     patches = (resolution // patch) ** 2
     tokens = patches + 1
-    block = 2 * tokens * (4 * width * width + 2 * width * mlp) + 2 * 2 * tokens * tokens * width
-    return 2 * patches * patch * patch * 3 * width + depth * block + 2 * width * classes
+    attention = depth * 2 * 2 * tokens * tokens * width
+    matmuls = 2 * tokens * encoder_matmul_weights(variant)
+    return 2 * patches * patch * patch * 3 * width + matmuls + attention + 2 * width * classes
 
 
 def print_utilisation(rows, args):
