@@ -2,9 +2,10 @@
 so they work headless and leave the user's matplotlib backend alone."""
 
 import os
-import tempfile
 
 import numpy as np
+
+from keras_vit.files import atomic_path
 
 
 def _figure(width, height):
@@ -119,17 +120,6 @@ def plot_attention_rollout(images, maps, title="Attention rollout"):
 def save_figure(figure, path):
     """Writes `figure` as a PNG at `path` atomically (a temporary file, then a rename)."""
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".keras_vit_", suffix=".png")
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
+    with atomic_path(path) as tmp:
         figure.savefig(tmp, format="png", bbox_inches="tight")
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return path

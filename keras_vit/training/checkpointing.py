@@ -19,6 +19,8 @@ import os
 import keras
 import numpy as np
 
+from keras_vit.files import atomic_path
+
 STATE = "state.json"
 
 
@@ -28,20 +30,16 @@ class TrainingDiverged(FloatingPointError):
 
 def write_json(path, payload):
     """Writes `payload` as JSON to `path` atomically (temporary file + rename)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as handle:
+    with atomic_path(path) as tmp, open(tmp, "w") as handle:
         json.dump(payload, handle, indent=1)
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def save_model_atomic(model, path):
     """`model.save(path)` through a temporary `.keras` file and a rename."""
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{name}")
-    model.save(tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        model.save(tmp)
 
 
 def read_state(directory):
@@ -134,9 +132,8 @@ class RunState(keras.callbacks.Callback):
         name = f"step-{self.step}.weights.h5"
         if previous is not None and previous["weights"] == name:
             return
-        tmp = os.path.join(self.directory, f".tmp-{os.getpid()}-{name}")
-        self.model.save_weights(tmp)
-        os.replace(tmp, os.path.join(self.directory, name))
+        with atomic_path(os.path.join(self.directory, name)) as tmp:
+            self.model.save_weights(tmp)
         state = {
             "step": self.step,
             "weights": name,

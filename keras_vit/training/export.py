@@ -12,13 +12,14 @@ compares with the Keras model: the export is rejected if they differ by more tha
 
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 
 import keras
 import numpy as np
+
+from keras_vit.files import atomic_path
 
 FORMATS = ("saved_model", "onnx")
 
@@ -94,24 +95,13 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4):
     if isinstance(model, (str, os.PathLike)):
         model_path = os.fspath(model)
         model = keras.saving.load_model(model_path)
-    if os.path.exists(output):
-        shutil.rmtree(output) if os.path.isdir(output) else os.remove(output)
-    parent = os.path.dirname(os.path.abspath(output))
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".tmp-{os.getpid()}-{os.path.basename(output)}")
-    try:
+    with atomic_path(output) as tmp:
         if not _write(model, fmt, tmp):
             with tempfile.TemporaryDirectory() as folder:
                 if model_path is None:
                     model_path = os.path.join(folder, "model.keras")
                     model.save(model_path)
                 _run_in_backend("tensorflow" if fmt == "saved_model" else "torch", fmt, model_path, tmp)
-        os.replace(tmp, output)
-    finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp)
-        elif os.path.exists(tmp):
-            os.remove(tmp)
     return verify(model, fmt, output, atol=atol) if verify_outputs else None
 
 

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 from keras_vit.weights import stems
-from keras_vit.weights.atomic import atomic_file
+from keras_vit.files import atomic_path
 from keras_vit.weights.canonical import Checkpoint
 from keras_vit.weights.layouts import KERAS
 from keras_vit.weights.lazy import LazyArray
@@ -95,7 +95,7 @@ def convert_checkpoint(src, dst, format=None, num_heads=None):
         weights=PretrainedWeights(ckpt),
     )
     suffix = ".weights.h5" if dst.endswith(".weights.h5") else ".keras"
-    with atomic_file(dst, suffix=suffix) as tmp:
+    with atomic_path(dst) as tmp:
         if suffix == ".keras":
             model.save(tmp)
         else:

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 
-from keras_vit.weights.atomic import atomic_file
+from keras_vit.files import atomic_path
 from keras_vit.weights.lazy import FileArray
 
 DTYPES = {
@@ -90,7 +90,7 @@ def write_safetensors(path, tensors, metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)
-    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         f.write(struct.pack("<Q", len(blob)))
         f.write(blob)
         for name, tensor in tensors.items():

@@ -11,7 +11,7 @@ import zipfile
 import numpy as np
 
 from keras_vit.weights import stems
-from keras_vit.weights.atomic import atomic_file
+from keras_vit.files import atomic_path
 from keras_vit.weights.layouts import HF, TIMM
 from keras_vit.weights.rules import convert
 from keras_vit.weights.safetensors_io import write_safetensors
@@ -25,7 +25,7 @@ def _float32(tensors):
 
 def write_npz(path, ckpt):
     """The original layout: a `.npz` with flat '/'-joined keys, as `np.savez` writes it."""
-    with atomic_file(path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+    with atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
         for key, tensor in ckpt.tensors.items():
             array = np.ascontiguousarray(tensor.load(), dtype=np.float32)
             with zf.open(key + ".npy", "w", force_zip64=array.nbytes > 2**31) as f:
@@ -101,7 +101,7 @@ def write_hf(folder, ckpt):
         theirs = {k if k.startswith("classifier.") else "vit." + k: v for k, v in theirs.items()}
     os.makedirs(folder, exist_ok=True)
     write_safetensors(os.path.join(folder, "model.safetensors"), _float32(theirs), metadata={"format": "pt"})
-    with atomic_file(os.path.join(folder, "config.json")) as tmp, open(tmp, "w", encoding="utf-8") as f:
+    with atomic_path(os.path.join(folder, "config.json")) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(hf_config(ckpt, architecture), f, indent=2)
 
 

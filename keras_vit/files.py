@@ -1,0 +1,97 @@
+"""Files written by keras_vit: atomically, with normal permissions, and no leftovers.
+
+Every file or folder the project writes goes through `atomic_path`: the writer fills a
+temporary name in the same folder (`.keras_vit-tmp-PID-TOKEN.NAME`, so the extension that
+Keras' writers check is kept), which replaces the target only once complete. A process
+killed half-way leaves such a name behind; `remove_stale` deletes those of dead processes.
+"""
+
+import contextlib
+import os
+import shutil
+import uuid
+
+TMP_PREFIX = ".keras_vit-tmp-"
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _normal_permissions(path):
+    """Gives `path` (and, for a folder, everything in it) the modes new files get here."""
+    mask = _umask()
+    if not os.path.isdir(path):
+        os.chmod(path, 0o666 & ~mask)
+        return
+    for root, folders, names in os.walk(path):
+        os.chmod(root, 0o777 & ~mask)
+        for name in names:
+            os.chmod(os.path.join(root, name), 0o666 & ~mask)
+
+
+def remove(path):
+    """Removes a file or a folder tree if it exists."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def temporary_name(path):
+    """A fresh temporary path next to `path`, ending in `path`'s own name."""
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    return os.path.join(folder, f"{TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}.{name}")
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yields a temporary path next to `path` for the block to write a file or a folder at.
+
+    On success it gets normal permissions (umask) and replaces `path` (a folder already at
+    `path` is moved aside and removed only after the swap); on failure it is removed and
+    `path` is untouched. Whether `path` may be overwritten is the caller's decision.
+    """
+    path = os.path.abspath(os.fspath(path))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = temporary_name(path)
+    try:
+        yield tmp
+        _normal_permissions(tmp)
+        if os.path.isdir(path) and not os.path.islink(path):
+            aside = temporary_name(path)
+            os.replace(path, aside)
+            os.replace(tmp, path)
+            remove(aside)
+        else:
+            os.replace(tmp, path)
+    finally:
+        remove(tmp)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(folder):
+    """Deletes the temporary files and folders that killed processes left in `folder`;
+    returns their names."""
+    removed = []
+    if not os.path.isdir(folder):
+        return removed
+    for name in os.listdir(folder):
+        if not name.startswith(TMP_PREFIX):
+            continue
+        pid = name[len(TMP_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            remove(os.path.join(folder, name))
+            removed.append(name)
+    return removed
