@@ -7,7 +7,7 @@ import pytest
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.layers import ResNetV2Stem
-from keras_vit.training import layer_decay, optim, recipe
+from keras_vit.training import layer_decay, optim, recipe, train
 from keras_vit.training.recipes import TrainConfig
 from tests.helpers import randomize
 from training_helpers import jax_compilation_cache  # noqa: F401 (autouse fixture)
@@ -116,6 +116,24 @@ def test_composes_with_schedule_clipping_and_accumulation(name, rng):
     assert min(np.abs(p).max() for p in plain) > 1e-4  # every variable moved
     for v, p, d in zip(variables, plain, decayed):
         np.testing.assert_allclose(d, expected_scale(v.path) * p, rtol=1e-4, atol=1e-7, err_msg=v.path)
+
+
+def test_train_builds_the_layer_decay_optimizer(tmp_path, rng):
+    seen = []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen.append(self.model.optimizer)
+
+    config = recipe(
+        "digits", image_size=8, patch_size=4, hidden_dim=16, depth=DEPTH, num_heads=2, mlp_dim=32, batch_size=8,
+        steps=1, warmup_steps=0, crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), tensorboard=False, verbose=0,
+        jit_compile=False, output_dir=str(tmp_path / "run"), layer_decay=DECAY,
+    )
+    data = (rng.integers(0, 256, (24, 8, 8, 3)).astype("uint8"), np.arange(24) % 3)
+    result = train(config, data=data, callbacks=[Record()])
+    assert isinstance(seen[0], layer_decay.ScaledLearningRates) and result.steps == 1
+    assert seen[0].lr_scales == layer_decay.layer_scales(result.model, DECAY)
 
 
 def test_optimizer_serialises_with_its_scales():

@@ -16,12 +16,11 @@ def _is_index(layers):
 
 
 def block_indices(layers, depth):
-    """`(indices, single)`: `layers` (one block index, a sequence of them, or None for all;
-    negative ones count from the end) as indices in `0..depth-1`, and whether it was one index."""
-    single = _is_index(layers)
+    """`layers` (one block index, a sequence of them, or None for all; negative ones count
+    from the end) as a list of indices in `0..depth-1`."""
     if layers is None:
         chosen = list(range(depth))
-    elif single:
+    elif _is_index(layers):
         chosen = [layers]
     elif isinstance(layers, (list, tuple, range, np.ndarray)) and len(layers):
         chosen = list(layers)
@@ -33,7 +32,7 @@ def block_indices(layers, depth):
                 f"layers={layers!r}: {i!r} is not one of the model's {depth} encoder blocks; expected "
                 f"integers in 0..{depth - 1}, or -{depth}..-1 counted from the end."
             )
-    return [int(i) % depth for i in chosen], single
+    return [int(i) % depth for i in chosen]
 
 
 def feature_extractor(model, layers=None, *, norm=False, grid=False, name=None):
@@ -52,7 +51,7 @@ def feature_extractor(model, layers=None, *, norm=False, grid=False, name=None):
     fitted (it trains `model`'s weights), saved and exported like any Keras model.
     """
     encoder = encoder_layer(model)
-    indices, single = block_indices(layers, encoder.depth)
+    indices = block_indices(layers, encoder.depth)
     tokens, after = encoder.input, {}
     for i, block in enumerate(encoder.blocks[: max(indices) + 1]):
         tokens = after[i] = block(tokens)
@@ -62,7 +61,7 @@ def feature_extractor(model, layers=None, *, norm=False, grid=False, name=None):
     if grid:
         to_grid = TokenGrid(position_layer(model).num_prefix_tokens, name="token_grid")
         outputs = [to_grid(x, embedding_layer(model).output) for x in outputs]
-    return keras.Model(model.input, outputs[0] if single else outputs, name=name or f"{model.name}_features")
+    return keras.Model(model.input, outputs[0] if _is_index(layers) else outputs, name=name or f"{model.name}_features")
 
 
 def features(model, images, layers=None, *, norm=False, grid=False, batch_size=16):
