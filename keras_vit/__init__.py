@@ -19,6 +19,7 @@ from keras_vit.applications import (
     decode_predictions,
     preprocess_input,
 )
+from keras_vit.inspect.features import feature_extractor, features
 from keras_vit.weights import list_weights
 
 __version__ = "0.1.0"
@@ -36,6 +37,8 @@ __all__ = [
     "ViTTi16",
     "VisionTransformer",
     "decode_predictions",
+    "feature_extractor",
+    "features",
     "layers",
     "list_weights",
     "preprocess_input",

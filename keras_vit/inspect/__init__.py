@@ -2,8 +2,8 @@
 
 Numbers: `attention_rollout`, `mean_attention_distance`, `position_embedding_similarity`,
 `patch_embedding_components` (and the lower-level `attention_weights`, `rollout`,
-`attention_distance`). Pictures: the `plot_*` functions return matplotlib figures;
-`save_figure` writes one as a PNG. `keras-vit inspect` does it all for an image.
+`attention_distance`); the tokens after chosen blocks: `features`, `feature_extractor`.
+Pictures: the `plot_*` functions return matplotlib figures; `save_figure` writes one as a PNG. `keras-vit inspect` does it all for an image.
 """
 
 from keras_vit.inspect.attention import (
@@ -14,6 +14,7 @@ from keras_vit.inspect.attention import (
     rollout,
 )
 from keras_vit.inspect.embeddings import patch_embedding_components, position_embedding_similarity
+from keras_vit.inspect.features import feature_extractor, features
 from keras_vit.inspect.plots import (
     plot_attention_rollout,
     plot_mean_attention_distance,
@@ -26,6 +27,8 @@ __all__ = [
     "attention_distance",
     "attention_rollout",
     "attention_weights",
+    "feature_extractor",
+    "features",
     "mean_attention_distance",
     "patch_embedding_components",
     "plot_attention_rollout",

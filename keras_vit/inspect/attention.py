@@ -5,17 +5,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.inspect.model_parts import embedding_layer, encoder_layer, position_layer
-
-
-def _check_images(images):
-    images = np.asarray(images, dtype="float32")
-    if images.ndim != 4:
-        raise ValueError(
-            f"images must be a batch (batch, height, width, channels), got shape {images.shape}; "
-            "add a leading axis for a single image."
-        )
-    return images
+from keras_vit.inspect.model_parts import check_images, embedding_layer, encoder_layer, position_layer
 
 
 def attention_weights(model, images, batch_size=16):
@@ -27,7 +17,7 @@ def attention_weights(model, images, batch_size=16):
     The weights are those of the very encoder layer the model runs for inference (its
     `return_attention_weights` path), on every backend, hybrid models included.
     """
-    images = _check_images(images)
+    images = check_images(images)
     encoder = encoder_layer(model)
     feeder = keras.Model(model.input, [embedding_layer(model).output, encoder.input])
     for start in range(0, len(images), batch_size):

@@ -1,5 +1,7 @@
 """Finds the named parts of a keras_vit model, with a clear error for other models."""
 
+import numpy as np
+
 REQUIRED = ("embedding", "posembed_input", "encoder")
 
 
@@ -8,8 +10,8 @@ def _layer(model, name):
         return model.get_layer(name)
     except ValueError:
         raise ValueError(
-            f"Model {model.name!r} has no layer {name!r}; keras_vit.inspect needs a keras_vit "
-            f"Vision Transformer (layers {', '.join(repr(n) for n in REQUIRED)})."
+            f"Model {model.name!r} has no layer {name!r}; this needs a keras_vit Vision "
+            f"Transformer (layers {', '.join(repr(n) for n in REQUIRED)})."
         ) from None
 
 
@@ -24,3 +26,13 @@ def position_layer(model):
 def encoder_layer(model):
     return _layer(model, "encoder")
 
+
+def check_images(images):
+    """`images` as a float32 `(batch, height, width, channels)` array, or a clear error."""
+    images = np.asarray(images, dtype="float32")
+    if images.ndim != 4:
+        raise ValueError(
+            f"images must be a batch (batch, height, width, channels), got shape {images.shape}; "
+            "add a leading axis for a single image."
+        )
+    return images

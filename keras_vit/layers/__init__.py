@@ -9,6 +9,7 @@ from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStage, ResNetV2Stem, WeightStandardizedConv2D
+from keras_vit.layers.token_grid import TokenGrid
 from keras_vit.layers.transformer_block import TransformerBlock
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "PositionEmbedding",
     "ResNetStage",
     "ResNetV2Stem",
+    "TokenGrid",
     "TokenPooling",
     "TransformerBlock",
     "WeightStandardizedConv2D",

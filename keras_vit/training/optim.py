@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.training import layer_decay
+
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "linear", "constant")
 LR_SCALINGS = ("none", "linear", "sqrt")
@@ -74,8 +76,12 @@ def build_optimizer(
     weight_decay=0.0,
     clipnorm=None,
     accumulation_steps=1,
+    lr_scales=None,
 ):
-    """A Keras optimizer; `clipnorm` clips the global norm; accumulation averages micro-batches."""
+    """A Keras optimizer; `clipnorm` clips the global norm; accumulation averages micro-batches.
+
+    `lr_scales` (`{variable path: scale}`, e.g. `layer_decay.layer_scales`) multiplies
+    those variables' learning rates (see `keras_vit.training.layer_decay`)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer={name!r}; expected one of {OPTIMIZERS}.")
     if accumulation_steps < 1:
@@ -87,12 +93,14 @@ def build_optimizer(
     )
     if weight_decay or name == "adamw":  # AdamW's own default decay is not 0: always pass ours
         common["weight_decay"] = weight_decay
+    classes = {"sgd": keras.optimizers.SGD, "adam": keras.optimizers.Adam, "adamw": keras.optimizers.AdamW}
+    if lr_scales:
+        classes = layer_decay.OPTIMIZERS
+        common["lr_scales"] = lr_scales
     if name == "sgd":
-        optimizer = keras.optimizers.SGD(momentum=momentum, **common)
-    elif name == "adam":
-        optimizer = keras.optimizers.Adam(beta_1=beta_1, beta_2=beta_2, **common)
+        optimizer = classes[name](momentum=momentum, **common)
     else:
-        optimizer = keras.optimizers.AdamW(beta_1=beta_1, beta_2=beta_2, **common)
+        optimizer = classes[name](beta_1=beta_1, beta_2=beta_2, **common)
     if weight_decay:
         optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
     return optimizer

@@ -21,6 +21,7 @@ import typing
 from typing import Optional, Union
 
 from keras_vit.applications.configs import VARIANTS
+from keras_vit.training.layer_decay import check_decay
 
 ARCHITECTURE = ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")
 
@@ -76,6 +77,7 @@ class TrainConfig:
     beta_1: float = 0.9
     beta_2: float = 0.999
     weight_decay: float = 0.0
+    layer_decay: Optional[float] = None
     clipnorm: Optional[float] = 1.0
     schedule: str = "cosine"
     warmup_steps: int = 500
@@ -114,6 +116,8 @@ class TrainConfig:
             )
         if self.on_corrupt not in ("skip", "error"):
             raise ValueError(f"on_corrupt={self.on_corrupt!r}; expected 'skip' or 'error'.")
+        if self.layer_decay is not None:
+            self.layer_decay = check_decay(self.layer_decay)
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every={self.checkpoint_every} must be >= 0 (0: every epoch).")
 
@@ -314,6 +318,8 @@ FIELD_HELP = {
     "reference_batch_size": "the batch size learning_rate was tuned for",
     "momentum": "SGD momentum", "beta_1": "Adam beta_1", "beta_2": "Adam beta_2",
     "weight_decay": "decoupled weight decay (not on biases, norms, class token, position embeddings)",
+    "layer_decay": "layer-wise learning-rate decay: block i of depth L learns at layer_decay**(L-i) "
+                   "times the rate, the embeddings at layer_decay**(L+1) (none: off)",
     "clipnorm": "clip gradients to this global norm (none: off)",
     "schedule": "cosine, linear or constant after the warm-up",
     "warmup_steps": "linear warm-up steps",

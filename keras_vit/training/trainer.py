@@ -11,7 +11,7 @@ import warnings
 import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.training import checkpointing, distribution, optim, pipeline, precision
+from keras_vit.training import checkpointing, distribution, layer_decay, optim, pipeline, precision
 from keras_vit.training.data import load_source
 from keras_vit.training.recipes import TrainConfig, recipe
 
@@ -297,6 +297,7 @@ def _compile(config, model, num_classes, one_hot, total_steps):
         weight_decay=config.weight_decay,
         clipnorm=config.clipnorm,
         accumulation_steps=config.accumulation_steps,
+        lr_scales=None if config.layer_decay is None else layer_decay.layer_scales(model, config.layer_decay),
     )
     loss, metrics = loss_and_metrics(num_classes, one_hot, from_logits, config.label_smoothing)
     train_model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=config.jit_compile)
