@@ -175,6 +175,8 @@ def test_pretrain_writes_an_encoder_that_fine_tuning_loads(tmp_path):
     assert set(loaded) - set(saved) == {"head/kernel", "head/bias"}
     for path, value in saved.items():
         np.testing.assert_array_equal(loaded[path], value, err_msg=path)
+    with pytest.raises(ValueError, match="mask_rate: 0.5 -> 0.3"):  # resuming needs the same objective
+        pretrain(config, mask_rate=0.3)
 
 
 def test_cli_pretrain_then_train_from_the_encoder(tmp_path, capsys):

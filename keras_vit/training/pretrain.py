@@ -7,6 +7,7 @@ last step: a keras_vit ViT without head, which `weights=` of any builder or reci
 """
 
 import dataclasses
+import json
 import math
 import os
 import time
@@ -17,6 +18,8 @@ from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.training import checkpointing, distribution, masked_patch, pipeline, precision, trainer
 from keras_vit.training.data import load_source
 from keras_vit.training.recipes import TrainConfig, recipe
+
+OBJECTIVE = ("mask_rate", "mask_split", "mask_target", "color_bits")
 
 
 @dataclasses.dataclass
@@ -49,6 +52,12 @@ def build_encoder(config):
         seed=config.seed,
         name=f"vit_{config.recipe}",
     )
+
+
+def _fingerprint(config, source):
+    """The settings a resumed pre-training must share: `train`'s and the objective's."""
+    objective = {name: getattr(config, name) for name in OBJECTIVE}
+    return {**trainer._fingerprint(config, source), **json.loads(json.dumps(objective))}
 
 
 def pretrain(config=None, *, data=None, callbacks=(), resume=True, **overrides):
@@ -115,7 +124,7 @@ def _run(config, plan, data, extra_callbacks, resume, started):
         encoder,
         every_steps=config.checkpoint_every,
         monitor=config.monitor,
-        fingerprint=trainer._fingerprint(config, source),
+        fingerprint=_fingerprint(config, source),
         write=plan.is_chief,
     )
     start = state.restore(model) if resume else 0
