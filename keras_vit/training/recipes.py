@@ -11,7 +11,8 @@
 - "digits": the quick default: a small ViT (16 px = the 8x8 digits upscaled 2x, patch 4, width
   64, depth 4, average pooling) on scikit-learn's digits, ~97% in 40 short epochs.
 - "masked_patch": the paper's self-supervised pre-training (App. B.1.2, `keras-vit pretrain`):
-  masked patch prediction, Adam lr 2e-4, batch 4096, 1M steps, 10k warm-up steps, cosine.
+  masked patch prediction, Adam lr 2e-4, batch 4096, 1M steps, 10k warm-up steps, cosine
+  (on ImageNet by default; the paper pre-trained on JFT-300M).
 - "masked_patch_digits": the same objective for the digits architecture (2000 short steps).
 
     config = recipe("finetune", data="cifar10", learning_rate=0.01)
@@ -298,7 +299,6 @@ RECIPES = {
         depth=4,
         num_heads=4,
         mlp_dim=128,
-        pooling="avg",
         data="digits",
         image_size=16,
         crop_area=(0.8, 1.0),
