@@ -19,7 +19,17 @@ def test_finetune_recipe_is_the_papers():
     scratch = recipe("scratch")
     assert scratch.optimizer == "adamw" and scratch.weight_decay > 0 and scratch.label_smoothing > 0
     assert scratch.drop_path > 0 and scratch.schedule == "cosine" and scratch.warmup_steps > 0
-    assert set(RECIPES) == {"finetune", "scratch", "digits"}
+    assert set(RECIPES) == {"finetune", "scratch", "digits", "masked_patch", "masked_patch_digits"}
+
+
+def test_masked_patch_recipe_is_the_papers():
+    config = recipe("masked_patch")  # App. B.1.2
+    assert (config.optimizer, config.learning_rate, config.batch_size, config.steps) == ("adam", 2e-4, 4096, 1_000_000)
+    assert (config.schedule, config.warmup_steps) == ("cosine", 10_000)
+    assert (config.mask_rate, config.mask_split, config.mask_target, config.color_bits) == (0.5, (0.8, 0.1, 0.1), "color", 3)
+    digits, small = recipe("digits").architecture(), recipe("masked_patch_digits")
+    assert small.architecture() == digits and small.image_size == recipe("digits").image_size
+    assert recipe("digits").override(["mask_split=0.6,0.2,0.2"]).mask_split == (0.6, 0.2, 0.2)
 
 
 def test_every_field_overridable_from_python_and_strings():

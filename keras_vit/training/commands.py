@@ -1,4 +1,4 @@
-"""`keras-vit train | evaluate | predict | export`."""
+"""`keras-vit train | pretrain | evaluate | predict | export`."""
 
 import dataclasses
 import os
@@ -39,6 +39,26 @@ def _train(args):
     run_dir = os.path.abspath(result.run_dir)
     print(f"Saved the best model to {os.path.abspath(result.best_path)} (last epoch: {os.path.abspath(result.final_path)}).")
     print(f"Logs: {run_dir}/log.csv, TensorBoard: {run_dir}/tensorboard")
+    return 0
+
+
+def _pretrain(args):
+    from keras_vit.training import TrainingDiverged
+    from keras_vit.training.pretrain import pretrain
+
+    try:
+        result = pretrain(_config_from_args(args), resume=not args.fresh)
+    except TrainingDiverged as error:
+        print(f"keras-vit pretrain: {error}", file=sys.stderr)
+        return 3
+    if os.environ.get("RANK", "0") != "0":
+        return 0
+    print(
+        f"\nMasked patch prediction: validation loss {result.val_loss:.4f}, accuracy on corrupted "
+        f"patches {result.val_accuracy:.4f}; {result.steps} steps in {result.seconds:.0f} s."
+    )
+    print(f"Saved the encoder to {os.path.abspath(result.encoder_path)}: fine-tune it with "
+          f"keras-vit train --weights {os.path.abspath(result.encoder_path)} (same architecture).")
     return 0
 
 
@@ -99,6 +119,22 @@ def register(subparsers):
     train.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in the run directory")
     _add_field_flags(train)
     train.set_defaults(func=_train)
+
+    pretrain = subparsers.add_parser(
+        "pretrain",
+        help="self-supervised masked patch prediction (no arguments: the digits-sized ViT on digits)",
+        description=(
+            "Pre-train a ViT encoder by masked patch prediction (paper 4.6) with model.fit on the "
+            "current Keras backend; writes RUN/encoder.keras for keras-vit train --weights. Rerun "
+            "the same command to resume."
+        ),
+    )
+    pretrain.add_argument("--recipe", default="masked_patch_digits", choices=sorted(RECIPES),
+                          help="base recipe (default masked_patch_digits; masked_patch: the paper's ViT-B/16)")
+    pretrain.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any option (repeatable)")
+    pretrain.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in the run directory")
+    _add_field_flags(pretrain)
+    pretrain.set_defaults(func=_pretrain)
 
     evaluate = subparsers.add_parser("evaluate", help="top-1 / top-5 of a trained model on a data set")
     evaluate.add_argument("model", help="a .keras model (e.g. runs/digits/best.keras)")

@@ -285,10 +285,18 @@ def _fingerprint(config, source):
 def _compile(config, model, num_classes, one_hot, total_steps):
     """Compiles the logits model of `model` with the recipe's optimizer, schedule and loss."""
     train_model, from_logits = logits_model(model)
+    loss, metrics = loss_and_metrics(num_classes, one_hot, from_logits, config.label_smoothing)
+    train_model.compile(optimizer=make_optimizer(config, total_steps), loss=loss, metrics=metrics, jit_compile=config.jit_compile)
+    train_model.optimizer.build(train_model.trainable_variables)
+    return train_model
+
+
+def make_optimizer(config, total_steps):
+    """The recipe's optimizer with its warm-up + decay schedule over `total_steps` fit steps."""
     total_updates = total_steps // config.accumulation_steps
     peak = optim.scaled_learning_rate(config.learning_rate, config.batch_size, config.reference_batch_size, config.lr_scaling)
     schedule = optim.WarmupSchedule(peak, total_updates, min(config.warmup_steps, total_updates), config.schedule)
-    optimizer = optim.build_optimizer(
+    return optim.build_optimizer(
         config.optimizer,
         schedule,
         momentum=config.momentum,
@@ -299,10 +307,6 @@ def _compile(config, model, num_classes, one_hot, total_steps):
         accumulation_steps=config.accumulation_steps,
         lr_scales=None if config.layer_decay is None else layer_decay.layer_scales(model, config.layer_decay),
     )
-    loss, metrics = loss_and_metrics(num_classes, one_hot, from_logits, config.label_smoothing)
-    train_model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=config.jit_compile)
-    train_model.optimizer.build(train_model.trainable_variables)
-    return train_model
 
 
 def _fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks, verbose):
