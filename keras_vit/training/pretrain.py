@@ -113,7 +113,7 @@ def _run(config, plan, data, extra_callbacks, resume, started):
     model = masked_patch.build_pretraining_model(encoder, config.mask_target, config.color_bits)
     loss, metrics = masked_patch.loss_and_metrics(config.mask_target)
     model.compile(
-        optimizer=trainer.make_optimizer(config, steps_per_epoch * epochs),
+        optimizer=trainer.make_optimizer(config, steps_per_epoch * epochs, encoder),
         loss=loss,
         weighted_metrics=metrics,
         jit_compile=config.jit_compile,

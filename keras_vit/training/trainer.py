@@ -286,13 +286,14 @@ def _compile(config, model, num_classes, one_hot, total_steps):
     """Compiles the logits model of `model` with the recipe's optimizer, schedule and loss."""
     train_model, from_logits = logits_model(model)
     loss, metrics = loss_and_metrics(num_classes, one_hot, from_logits, config.label_smoothing)
-    train_model.compile(optimizer=make_optimizer(config, total_steps), loss=loss, metrics=metrics, jit_compile=config.jit_compile)
+    train_model.compile(optimizer=make_optimizer(config, total_steps, model), loss=loss, metrics=metrics, jit_compile=config.jit_compile)
     train_model.optimizer.build(train_model.trainable_variables)
     return train_model
 
 
-def make_optimizer(config, total_steps):
-    """The recipe's optimizer with its warm-up + decay schedule over `total_steps` fit steps."""
+def make_optimizer(config, total_steps, model):
+    """The recipe's optimizer with its warm-up + decay schedule over `total_steps` fit steps
+    (and, with `layer_decay`, per-variable learning-rate scales for `model`)."""
     total_updates = total_steps // config.accumulation_steps
     peak = optim.scaled_learning_rate(config.learning_rate, config.batch_size, config.reference_batch_size, config.lr_scaling)
     schedule = optim.WarmupSchedule(peak, total_updates, min(config.warmup_steps, total_updates), config.schedule)
