@@ -13,13 +13,20 @@ import numpy as np
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.readers import RawCheckpoint
 
+NORM = ("gamma", "beta")
 VARIABLE_NAMES = {
     "class_token": ("cls",),
     "posembed_input": ("pos_embedding",),
-    "ln_1": ("gamma", "beta"),
-    "ln_2": ("gamma", "beta"),
-    "encoder_norm": ("gamma", "beta"),
+    "ln_1": NORM,
+    "ln_2": NORM,
+    "encoder_norm": NORM,
 }
+
+
+def _variable_names(layer):
+    """The variable names of the layer named `layer`, in storage order (the hybrid stem's
+    GroupNorms are `gn_root`, `gn1`..`gn3`, `gn_proj`)."""
+    return NORM if layer.startswith("gn") else VARIABLE_NAMES.get(layer, ("kernel", "bias"))
 
 
 def _h5_dataset(dataset, source):
@@ -30,7 +37,7 @@ def _walk(group, chain, out, path):
     variables = group.get("vars")
     if isinstance(variables, h5py.Group) and chain is not None:
         chain = chain + [variables.attrs.get("name", "?")]
-        names = VARIABLE_NAMES.get(chain[-1], ("kernel", "bias"))
+        names = _variable_names(chain[-1])
         for j in range(len(variables)):
             name = names[j] if j < len(names) else f"variable_{j}"
             key = "/".join(chain + [name])
