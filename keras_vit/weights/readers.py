@@ -12,11 +12,12 @@ import os
 import pickle
 import struct
 import zipfile
+import zlib
 
 import numpy as np
 
 from keras_vit.weights import safetensors_io
-from keras_vit.weights.lazy import FileArray, LazyArray, decode_bfloat16
+from keras_vit.weights.lazy import CRCCheck, FileArray, LazyArray, decode_bfloat16
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 HF_WEIGHT_FILES = (
@@ -109,12 +110,20 @@ def _npz_member(zf, path, info):
         with open(path, "rb") as raw:
             raw.seek(info.header_offset + 26)
             name_len, extra_len = struct.unpack("<HH", raw.read(4))
-        offset = info.header_offset + 30 + name_len + extra_len + header_len
-        return name, FileArray(path, offset, dtype, shape, source, bfloat16=bf16)
+            start = info.header_offset + 30 + name_len + extra_len
+            raw.seek(start)
+            prefix = raw.read(header_len)
+        offset, end = start + header_len, start + info.file_size
+        crc = CRCCheck(info.CRC, prefix, offset, end, source)
+        return name, FileArray(path, offset, dtype, shape, source, bfloat16=bf16, crc=crc)
 
     def load():
-        with zipfile.ZipFile(path) as archive, archive.open(info.filename) as member:
-            array = np.lib.format.read_array(member, allow_pickle=False)
+        try:
+            with zipfile.ZipFile(path) as archive, archive.open(info.filename) as member:
+                array = np.lib.format.read_array(member, allow_pickle=False)
+                member.read()  # to the end, where zipfile checks the CRC-32
+        except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+            raise ValueError(f"{source}: corrupt data ({error}); the file is damaged, get a fresh copy.") from None
         return decode_bfloat16(array) if bf16 else array
 
     return name, LazyArray(shape, np.float32 if bf16 else dtype, load, source)
@@ -122,7 +131,8 @@ def _npz_member(zf, path, info):
 
 def read_npz(path):
     """The arrays of an `.npz`: stored members are read straight from the file, compressed
-    ones decompressed on demand; bfloat16 (`|V2`) arrays load as float32."""
+    ones decompressed on demand, each checked against its CRC-32 as it is read in full;
+    bfloat16 (`|V2`) arrays load as float32."""
     with zipfile.ZipFile(path) as zf:
         return dict(_npz_member(zf, path, info) for info in zf.infolist())
 
