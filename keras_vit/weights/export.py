@@ -37,7 +37,9 @@ def model_checkpoint(model):
         tensors, KERAS, to_canonical=True, heads=encoder.num_heads,
         keymaps=stems.keymaps("keras", to_canonical=True), what=f"model {model.name!r}",
     )
-    return Checkpoint(model.name, "keras", tensors, encoder.approximate_gelu, encoder.num_heads, tuple(grid))
+    return Checkpoint(
+        model.name, "keras", tensors, encoder.approximate_gelu, encoder.num_heads, tuple(grid), encoder.layer_norm_epsilon
+    )
 
 
 def export(model, path, format="npz"):

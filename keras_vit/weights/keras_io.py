@@ -69,5 +69,9 @@ def read_keras(path, container):
         v.path: LazyArray.wrap(np.asarray(keras.ops.convert_to_numpy(v)), f"{v.path!r} in {path}")
         for v in model.weights
     }
-    meta = {"num_heads": encoder.num_heads, "approximate_gelu": encoder.approximate_gelu}
+    meta = {
+        "num_heads": encoder.num_heads,
+        "approximate_gelu": encoder.approximate_gelu,
+        "layer_norm_epsilon": encoder.layer_norm_epsilon,
+    }
     return RawCheckpoint(path, "keras", tensors, meta)

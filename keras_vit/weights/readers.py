@@ -200,6 +200,17 @@ def _read_weights_file(path):
     return read_torch(path)
 
 
+def _shard_path(folder, index, shard):
+    """The path of `shard`, named in the shard index `index`: a plain file name of a regular
+    file in `folder` (a symlink to one, as in the Hugging Face cache, is followed)."""
+    if not isinstance(shard, str) or shard in ("", ".", "..") or "/" in shard or "\\" in shard:
+        raise ValueError(f"{index}: shard {shard!r} is not a plain file name in {folder}; refusing to read it.")
+    path = os.path.join(folder, shard)
+    if not os.path.isfile(path):  # also False for devices, FIFOs and folders
+        raise ValueError(f"{index}: shard {shard!r} is missing or not a regular file in {folder}.")
+    return path
+
+
 def read_hf_dir(folder):
     """A Hugging Face model folder: `config.json` plus single or sharded weight files."""
     config_path = os.path.join(folder, "config.json")
@@ -209,10 +220,13 @@ def read_hf_dir(folder):
         if not os.path.isfile(path):
             continue
         if name.endswith(".index.json"):
-            shards = sorted(set(_read_json(path)["weight_map"].values()))
+            index = _read_json(path)
+            weight_map = index.get("weight_map") if isinstance(index, dict) else None
+            if not isinstance(weight_map, dict):
+                raise ValueError(f"{path}: a shard index without a weight_map (tensor name -> shard file).")
             tensors = {}
-            for shard in shards:
-                tensors.update(_read_weights_file(os.path.join(folder, shard)))
+            for shard in sorted(set(weight_map.values()), key=str):
+                tensors.update(_read_weights_file(_shard_path(folder, path, shard)))
         else:
             tensors = _read_weights_file(path)
         return RawCheckpoint(folder, "hf_dir", tensors, meta)

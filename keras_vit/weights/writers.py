@@ -10,6 +10,7 @@ import zipfile
 
 import numpy as np
 
+from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON
 from keras_vit.weights import stems
 from keras_vit.files import atomic_path
 from keras_vit.weights.layouts import HF, TIMM
@@ -60,7 +61,7 @@ def hf_config(ckpt, architecture):
         "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0,
         "initializer_range": 0.02,
-        "layer_norm_eps": 1e-6,
+        "layer_norm_eps": ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON,
         "image_size": size,
         "patch_size": ckpt.patch_size,
         "num_channels": ckpt.channels,
