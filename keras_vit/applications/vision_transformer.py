@@ -1,5 +1,7 @@
 """The Vision Transformer builder with the `keras.applications` signature."""
 
+import numbers
+
 import keras
 
 from keras_vit.applications.configs import VARIANTS, variant
@@ -20,6 +22,12 @@ def _validate_activation(classifier_activation):
             f"Unknown classifier_activation={classifier_activation!r}; expected None (logits), "
             "a Keras activation name such as 'softmax' or 'sigmoid', or a callable."
         ) from None
+
+
+def _check_architecture(**sizes):
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive integer.")
 
 
 def _image_shape(input_shape, input_tensor, patch_size, need_rgb):
@@ -96,6 +104,9 @@ def VisionTransformer(
         seed: seed for the dropout layers.
         name: model name.
     """
+    _check_architecture(
+        patch_size=patch_size, hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim
+    )
     if pooling is not None and pooling not in POOLINGS:
         raise ValueError(f"Unknown pooling={pooling!r}; expected one of {POOLINGS} or None.")
     if include_top:

@@ -49,7 +49,10 @@ def _walk(group, chain, out, path):
 
 def read_weights_h5(path):
     """Variable path -> LazyArray for a Keras `.weights.h5` file."""
-    handle = h5py.File(path, "r")
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as error:
+        raise ValueError(f"{path}: corrupt or truncated HDF5 file ({error}).") from None
     tensors = {}
     _walk(handle, None, tensors, path)
     if not tensors:

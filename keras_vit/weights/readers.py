@@ -155,7 +155,11 @@ def read_torch(path):
             "use the .safetensors version of the checkpoint."
         ) from None
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+        if path.endswith(".safetensors"):  # torch.load would hand such a name to safetensors
+            with open(path, "rb") as f:
+                obj = torch.load(f, map_location="cpu", weights_only=True)
+        else:
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as error:
         reason = str(error).strip().splitlines()[0]
         raise ValueError(

@@ -85,7 +85,8 @@ def hf_config(ckpt, architecture):
 def write_hf(folder, ckpt):
     """A transformers folder (`config.json`, `model.safetensors`): `ViTForImageClassification`
     with a head, else `ViTModel` (a pre_logits layer becomes its pooler). An all-zero head on a
-    pre_logits layer (the ImageNet-21k files) is left out; a trained one cannot be expressed."""
+    pre_logits layer (the ImageNet-21k files) is left out; a trained one cannot be expressed.
+    The folder is written whole and swapped in when complete."""
     tensors = dict(ckpt.tensors)
     if "pre_logits/kernel" in tensors and "head/kernel" in tensors:
         if any(np.any(tensors[k].load()) for k in ("head/kernel", "head/bias")):
@@ -100,10 +101,11 @@ def write_hf(folder, ckpt):
     theirs = _theirs(ckpt, HF, "hf")
     if architecture == "ViTForImageClassification":
         theirs = {k if k.startswith("classifier.") else "vit." + k: v for k, v in theirs.items()}
-    os.makedirs(folder, exist_ok=True)
-    write_safetensors(os.path.join(folder, "model.safetensors"), _float32(theirs), metadata={"format": "pt"})
-    with atomic_path(os.path.join(folder, "config.json")) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        json.dump(hf_config(ckpt, architecture), f, indent=2)
+    with atomic_path(folder) as tmp:
+        os.makedirs(tmp)
+        write_safetensors(os.path.join(tmp, "model.safetensors"), _float32(theirs), metadata={"format": "pt"})
+        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(hf_config(ckpt, architecture), f, indent=2)
 
 
 WRITERS = {"npz": write_npz, "timm": write_timm, "hf": write_hf}
