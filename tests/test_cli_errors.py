@@ -223,3 +223,19 @@ def test_written_files_get_normal_permissions(npz, tmp_path, umask_022):
     expected_files = ["a.npz", "b.safetensors", "c.keras", "d.weights.h5", "e.safetensors", "f.npz",
                       "hf/config.json", "hf/model.safetensors", "g/config.json", "g/model.safetensors"]
     assert modes == {**{k: oct(0o644) for k in expected_files}, "hf": oct(0o755), "g": oct(0o755)}
+
+
+def test_earlier_onnx_export_is_recognised(model_file, tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g", [value("x", TensorProto.FLOAT, [1])], [value("y", TensorProto.FLOAT, [1])]
+    )
+    onnx.save(helper.make_model(graph), tmp_path / "m.onnx")
+    (tmp_path / "notes.onnx").write_text("not a model")
+    assert export_lib.is_export("onnx", tmp_path / "m.onnx")
+    assert not export_lib.is_export("onnx", tmp_path / "notes.onnx")
+    assert not export_lib.is_export("onnx", model_file)
+    assert not export_lib.is_export("saved_model", tmp_path)

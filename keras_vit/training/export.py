@@ -93,13 +93,14 @@ def is_export(fmt, path):
     if fmt == "saved_model":
         entries = set(os.listdir(path)) if os.path.isdir(path) else set()
         return "saved_model.pb" in entries and entries <= SAVED_MODEL_ENTRIES
-    if not os.path.isfile(path) or importlib.util.find_spec("onnx") is None:
+    if not os.path.isfile(path) or not _installed("onnx"):
         return False
     import onnx
+    from google.protobuf.message import DecodeError
 
     try:
         proto = onnx.load(path, load_external_data=False)
-    except Exception:  # any parse failure means: not an ONNX file
+    except (DecodeError, OSError, ValueError):
         return False
     return proto.ir_version > 0 and len(proto.graph.node) > 0
 
@@ -159,7 +160,10 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
                     model.save(model_path)
                 _run_in_backend("tensorflow" if fmt == "saved_model" else "torch", fmt, model_path, tmp)
         if verify_outputs:
-            error = verify(model, fmt, tmp, atol=atol)
+            try:
+                error = verify(model, fmt, tmp, atol=atol)
+            except ExportMismatch as mismatch:
+                raise ExportMismatch(f"{mismatch} Nothing was written to {output}.") from None
     return error
 
 
@@ -185,7 +189,7 @@ def verify(model, fmt, path, *, atol=1e-4):
         raise ExportMismatch(f"The {fmt} export outputs shape {got.shape}, the model {expected.shape}.")
     error = float(np.max(np.abs(got - expected)))
     if not error <= atol:
-        raise ExportMismatch(f"The {fmt} export differs from the model by {error:.3g} (> {atol}); it is not kept.")
+        raise ExportMismatch(f"The {fmt} export differs from the model by {error:.3g} (> {atol}).")
     return error
 
 
