@@ -23,7 +23,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
-    except (ValueError, FileNotFoundError, OSError) as error:
+    except (ValueError, OSError, ImportError) as error:  # bad input, files, missing packages
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
         return 2
 

@@ -9,6 +9,7 @@ killed half-way leaves such a name behind; `remove_stale` deletes those of dead 
 import contextlib
 import os
 import shutil
+import tempfile
 import uuid
 
 TMP_PREFIX = ".keras_vit-tmp-"
@@ -69,6 +70,35 @@ def atomic_path(path):
             os.replace(tmp, path)
     finally:
         remove(tmp)
+
+
+def check_target(path, overwrite=False, folder=False, replaceable=False):
+    """Raises OSError (one clear line) unless a `folder` (or a file) may be written at `path`:
+    the nearest existing folder above it takes new files, and anything already at `path` is of
+    the same kind (a file never replaces a folder, nor the reverse) and may go: `overwrite`,
+    or `replaceable` (an earlier output of the same writer)."""
+    path = os.path.abspath(os.fspath(path))
+    above = os.path.dirname(path)
+    while not os.path.exists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise NotADirectoryError(f"Cannot write {path}: {above} is a file, not a folder.")
+    try:
+        tempfile.TemporaryFile(dir=above).close()
+    except OSError as error:
+        raise PermissionError(f"Cannot write {path}: {above} does not take new files ({error.strerror}).") from None
+    if not os.path.lexists(path):
+        return
+    kinds = ("file", "folder")
+    if os.path.isdir(path) != folder:
+        raise FileExistsError(
+            f"{path} is a {kinds[os.path.isdir(path)]}; refusing to replace it by a {kinds[folder]}: "
+            "choose another output path."
+        )
+    if not (overwrite or replaceable):
+        raise FileExistsError(
+            f"{path} already exists; refusing to overwrite it (pass --overwrite, or overwrite=True, to replace it)."
+        )
 
 
 def _alive(pid):

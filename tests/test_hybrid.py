@@ -419,3 +419,19 @@ def test_r50_builder_takes_the_stem_convention_of_the_checkpoint(checkpoint, tmp
         stem = built["stem"]
         assert (stem.conv_epsilon, stem.conv_epsilon_on_variance, stem.norm_epsilon) == tuple(numerics.values())
         assert (built["patch_size"], built["hidden_dim"], stem.stages, stem.name) == (1, 768, (3, 4, 9), "stem")
+
+
+def test_custom_hybrid_weights_file_loads_back(checkpoint, tmp_path):
+    from tests.helpers import randomize
+
+    _, _, images = checkpoint
+    model = randomize(tiny_hybrid())
+    path = tmp_path / "hybrid.weights.h5"
+    model.save_weights(path)
+    loaded = tiny_hybrid(weights=str(path))
+    for saved, restored in zip(model.weights, loaded.weights):
+        assert saved.path == restored.path
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(restored), keras.ops.convert_to_numpy(saved))
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded(images)), keras.ops.convert_to_numpy(model(images)), rtol=1e-6, atol=1e-6
+    )

@@ -86,13 +86,28 @@ def test_image_folder_skips_a_corrupt_file_with_a_warning(tmp_path, rng):
         data.load_source(str(tmp_path), on_corrupt="error")
 
 
-def test_image_folder_drops_a_truncated_file_in_the_pipeline(tmp_path, rng):
+def test_image_folder_finds_truncated_files_in_the_scan(tmp_path, rng):
+    _write_folder(tmp_path, rng, per_class=3)
+    for name in ("cat/1.png", "dog/2.png"):  # valid signatures, no end marker
+        good = (tmp_path / name).read_bytes()
+        (tmp_path / name).write_bytes(good[: len(good) // 2])
+    Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(tmp_path / "cat" / "3.jpg")
+    Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(tmp_path / "dog" / "3.bmp")
+    with pytest.warns(UserWarning, match=r"Skipping 2 unreadable.*cat/1.png.*dog/2.png"):
+        source = data.load_source(str(tmp_path), val_fraction=0.25)
+    assert source.train_size + source.validation_size == 6
+    with pytest.raises(ValueError, match=r"2 file\(s\) .* not readable images: .*cat/1.png"):
+        data.load_source(str(tmp_path), on_corrupt="error")
+
+
+def test_image_folder_drops_a_file_damaged_inside_in_the_pipeline(tmp_path, rng):
     _write_folder(tmp_path / "train", rng, per_class=2)
     _write_folder(tmp_path / "val", rng, per_class=2)
-    good = (tmp_path / "val" / "cat" / "0.png").read_bytes()
-    (tmp_path / "val" / "cat" / "1.png").write_bytes(good[: len(good) // 2])  # valid header, truncated
+    damaged = bytearray((tmp_path / "val" / "cat" / "1.png").read_bytes())
+    damaged[len(damaged) // 2 : len(damaged) // 2 + 16] = bytes(16)  # complete file, bad pixel data
+    (tmp_path / "val" / "cat" / "1.png").write_bytes(damaged)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the header looks fine: no scan-time warning
+        warnings.simplefilter("error")  # signature and end marker look fine: no scan-time warning
         source = data.load_source(str(tmp_path))
     assert (source.train_size, source.validation_size) == (4, 4)
     batches = list(pipeline.eval_dataset(source, 16, 8))

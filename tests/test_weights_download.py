@@ -147,3 +147,22 @@ def test_list_weights_prints_the_table(capsys):
     assert "orig_in21k_ft_in1k_384" in out and "imagenet21k%2Bimagenet2012/ViT-L_32.npz" in out
     with pytest.raises(ValueError, match="Unknown model 'ViTX'"):
         keras_vit.list_weights("ViTX")
+
+
+def test_leftovers_of_killed_downloads_are_removed(server, tiny_npz):
+    import subprocess
+    import sys
+
+    from keras_vit.files import TMP_PREFIX
+
+    www, base = server
+    shutil.copy(tiny_npz, www / "tiny.npz")
+    entry = _entry(f"{base}/tiny.npz")
+    folder = os.path.dirname(registry.cache_path(entry))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = os.path.join(folder, f"{TMP_PREFIX}{int(dead.stdout)}-0123abcd.tiny.npz")
+    os.makedirs(leftover)  # as a download killed half-way leaves it
+    with open(os.path.join(leftover, "tiny.npz"), "wb") as f:
+        f.write(tiny_npz.read_bytes()[:100])
+    fetch(entry)
+    assert _leftovers(entry) == ["tiny.npz"]

@@ -1,10 +1,13 @@
 """The Vision Transformer builder with the `keras.applications` signature."""
 
+import numbers
+
 import keras
 
 from keras_vit.applications.configs import VARIANTS, variant
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
 from keras_vit.layers.pooling import POOLINGS
+from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON
 
 DEFAULT_SIZE = 224
 
@@ -19,6 +22,12 @@ def _validate_activation(classifier_activation):
             f"Unknown classifier_activation={classifier_activation!r}; expected None (logits), "
             "a Keras activation name such as 'softmax' or 'sigmoid', or a callable."
         ) from None
+
+
+def _check_architecture(**sizes):
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive integer.")
 
 
 def _image_shape(input_shape, input_tensor, patch_size, need_rgb):
@@ -63,6 +72,7 @@ def VisionTransformer(
     drop_path_rate=0.0,
     representation_size=None,
     approximate_gelu=None,
+    layer_norm_epsilon=None,
     stem=None,
     seed=None,
     name="vision_transformer",
@@ -87,11 +97,16 @@ def VisionTransformer(
         representation_size: width of the tanh `pre_logits` layer of pre-training, or None.
         approximate_gelu: tanh-approximate GELU (the original JAX code) if True, exact erf
             GELU (timm, transformers) if False; None means the checkpoint's own, else True.
+        layer_norm_epsilon: epsilon of every LayerNorm; None means the checkpoint's own
+            (a Hugging Face config's `layer_norm_eps`), else 1e-6.
         stem: optional layer mapping images to a feature map that is patch-embedded instead
             of the pixels (the hybrid architecture).
         seed: seed for the dropout layers.
         name: model name.
     """
+    _check_architecture(
+        patch_size=patch_size, hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim
+    )
     if pooling is not None and pooling not in POOLINGS:
         raise ValueError(f"Unknown pooling={pooling!r}; expected one of {POOLINGS} or None.")
     if include_top:
@@ -113,6 +128,7 @@ def VisionTransformer(
         drop_path_rate=drop_path_rate,
         representation_size=representation_size,
         approximate_gelu=approximate_gelu,
+        layer_norm_epsilon=layer_norm_epsilon,
         stem=stem,
         seed=seed,
         name=name,
@@ -120,6 +136,7 @@ def VisionTransformer(
     stride = patch_size * (stem.stride if stem is not None else 1)
     if weights is None:
         config["approximate_gelu"] = True if approximate_gelu is None else approximate_gelu
+        config["layer_norm_epsilon"] = LAYER_NORM_EPSILON if layer_norm_epsilon is None else layer_norm_epsilon
         shape = _image_shape(input_shape, input_tensor, stride, need_rgb=False)
         return build_model(config, shape, input_tensor)
     if input_shape is not None or input_tensor is not None:
@@ -158,6 +175,7 @@ def build_model(config, input_shape, input_tensor=None):
         attention_dropout_rate=config["attention_dropout_rate"],
         drop_path_rate=config["drop_path_rate"],
         approximate_gelu=config["approximate_gelu"],
+        layer_norm_epsilon=config["layer_norm_epsilon"],
         seed=config["seed"],
         name="encoder",
     )(tokens)

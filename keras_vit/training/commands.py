@@ -85,12 +85,16 @@ def _predict(args):
 
 
 def _export(args):
-    from keras_vit.training.export import export
+    from keras_vit.training.export import check_output, check_requirements, export
 
     formats = ("saved_model", "onnx") if args.format == "all" else (args.format,)
-    for fmt in formats:
-        output = args.output if len(formats) == 1 else f"{args.output}.{'onnx' if fmt == 'onnx' else 'savedmodel'}"
-        error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol)
+    suffixes = {"saved_model": ".savedmodel", "onnx": ".onnx"}
+    outputs = {fmt: args.output + (suffixes[fmt] if len(formats) > 1 else "") for fmt in formats}
+    for fmt, output in outputs.items():  # refuse before writing any
+        check_requirements(fmt, not args.no_verify)
+        check_output(fmt, output, args.model, args.overwrite)
+    for fmt, output in outputs.items():
+        error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol, overwrite=args.overwrite)
         checked = "" if error is None else f"; outputs match the Keras model within {error:.2e}"
         print(f"Exported {args.model} as {fmt} to {output}{checked}.")
 
@@ -157,4 +161,5 @@ def register(subparsers):
     export.add_argument("--output", required=True, help="output path (with --format all: PATH.savedmodel and PATH.onnx)")
     export.add_argument("--atol", type=float, default=1e-4, help="largest accepted output difference")
     export.add_argument("--no-verify", action="store_true", help="skip loading the export and comparing outputs")
+    export.add_argument("--overwrite", action="store_true", help="replace what is at the output path (same kind only)")
     export.set_defaults(func=_export)

@@ -27,7 +27,9 @@ import tensorflow as tf
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 VALIDATION_FOLDERS = ("val", "validation", "test")
-_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
+# Signature -> end marker found in the last _TAIL bytes of a complete file (BMP: a size field).
+_MAGIC = {b"\xff\xd8\xff": b"\xff\xd9", b"\x89PNG\r\n\x1a\n": b"IEND", b"GIF87a": b";", b"GIF89a": b";", b"BM": None}
+_TAIL = 1024
 
 
 class DatasetUnavailableError(OSError):
@@ -211,12 +213,20 @@ def digits(val_fraction=0.2, seed=0):
 
 
 def _readable_image(path):
+    """Whether `path` starts with an image signature and is complete (its end marker, or for
+    BMP its recorded size, is there): truncated files are caught here, not mid-training."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(16)
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(size - _TAIL, 0))
+            tail = handle.read()
     except OSError:
         return False
-    return any(head.startswith(magic) for magic in _MAGIC)
+    magic = next((m for m in _MAGIC if head.startswith(m)), None)
+    if magic == b"BM":
+        return len(head) >= 6 and int.from_bytes(head[2:6], "little") <= size
+    return magic is not None and _MAGIC[magic] in tail
 
 
 def _scan_folder(root, on_corrupt):
@@ -254,10 +264,11 @@ def decode_image_file(path, label):
 def from_folder(root, *, val_fraction=0.1, on_corrupt="skip", seed=0):
     """A `Source` from `root/CLASS/*.jpg` (validation held out) or `root/{train,val}/CLASS/*`.
 
-    Files whose first bytes are not a JPEG, PNG, GIF or BMP signature are skipped with a
-    warning naming them (`on_corrupt="skip"`), or raise a ValueError (`"error"`). A file with
-    a valid signature that still fails to decode (e.g. truncated) is dropped by the pipeline
-    with "skip", and stops it with a `tf.errors.InvalidArgumentError` with "error".
+    Files that do not start with a JPEG, PNG, GIF or BMP signature, or are truncated (no end
+    marker), are skipped with a warning naming them (`on_corrupt="skip"`), or raise a
+    ValueError (`"error"`). A complete file damaged inside, which only the decoder sees, is
+    dropped by the pipeline with "skip", and stops it with a `tf.errors.InvalidArgumentError`
+    with "error".
     """
     if on_corrupt not in ("skip", "error"):
         raise ValueError(f"on_corrupt={on_corrupt!r} must be 'skip' or 'error'.")

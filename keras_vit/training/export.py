@@ -8,6 +8,8 @@
 
 `verify` loads the artefact (tf.saved_model / onnxruntime), runs it on random images and
 compares with the Keras model: the export is rejected if they differ by more than `atol`.
+An export is written next to its output path and swapped in only once written and verified;
+it replaces an earlier export of the same format, anything else only with `overwrite=True`.
 """
 
 import importlib.util
@@ -19,9 +21,10 @@ import tempfile
 import keras
 import numpy as np
 
-from keras_vit.files import atomic_path
+from keras_vit.files import atomic_path, check_target
 
 FORMATS = ("saved_model", "onnx")
+SAVED_MODEL_ENTRIES = {"saved_model.pb", "fingerprint.pb", "keras_metadata.pb", "variables", "assets"}
 
 
 class ExportMismatch(ValueError):
@@ -76,8 +79,7 @@ def _write(model, fmt, output):
             return False
         model.export(output, format="tf_saved_model", verbose=False)
         return True
-    keras_converter = {"tensorflow": "tf2onnx", "jax": "jax2onnx"}.get(backend)
-    if keras_converter and importlib.util.find_spec(keras_converter):
+    if _keras_onnx_converter():
         model.export(output, format="onnx", verbose=False)
         return True
     if backend == "torch":
@@ -86,15 +88,70 @@ def _write(model, fmt, output):
     return False
 
 
-def export(model, fmt, output, *, verify_outputs=True, atol=1e-4):
+def is_export(fmt, path):
+    """Whether `path` holds an earlier export of `fmt` (which a new one may replace)."""
+    if fmt == "saved_model":
+        entries = set(os.listdir(path)) if os.path.isdir(path) else set()
+        return "saved_model.pb" in entries and entries <= SAVED_MODEL_ENTRIES
+    if not os.path.isfile(path) or not _installed("onnx"):
+        return False
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except (DecodeError, OSError, ValueError):
+        return False
+    return proto.ir_version > 0 and len(proto.graph.node) > 0
+
+
+def check_output(fmt, output, model_path=None, overwrite=False):
+    """Raises OSError unless `output` may receive a `fmt` export (see `files.check_target`);
+    never the model file being exported."""
+    if model_path and os.path.exists(output) and os.path.exists(model_path) and os.path.samefile(output, model_path):
+        raise FileExistsError(f"{output} is the model being exported; choose another output path.")
+    check_target(output, overwrite=overwrite, folder=fmt == "saved_model", replaceable=is_export(fmt, output))
+
+
+def _installed(name):
+    module = sys.modules.get(name, False)
+    return module is not None if module is not False else importlib.util.find_spec(name) is not None
+
+
+def _keras_onnx_converter():
+    """The converter Keras' own ONNX export uses on this backend, if installed."""
+    name = {"tensorflow": "tf2onnx", "jax": "jax2onnx"}.get(keras.backend.backend())
+    return name if name and _installed(name) else None
+
+
+def check_requirements(fmt, verify_outputs=True):
+    """Raises ImportError (one clear line) if this environment cannot write (and verify) `fmt`."""
+    needed = ("tensorflow",) if fmt == "saved_model" else ("torch", "onnxscript", "onnx")
+    if fmt == "onnx" and _keras_onnx_converter():
+        needed = ("onnx",)
+    if fmt == "onnx" and verify_outputs:
+        needed += ("onnxruntime",)
+    missing = [name for name in needed if not _installed(name)]
+    if missing:
+        raise ImportError(
+            f"Exporting to {fmt} needs the package(s) {', '.join(missing)}, which are not installed "
+            '(pip install "keras-vit[export]").'
+        )
+
+
+def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=False):
     """Writes `model` (a `keras.Model` or a `.keras` path) as `fmt` to `output`; returns the
-    largest absolute difference found by `verify` (None when not verified)."""
+    largest absolute difference found by `verify` (None when not verified). What is at
+    `output` is replaced only by a complete, verified export, and only if it is an earlier
+    export of `fmt` or `overwrite` is set."""
     if fmt not in FORMATS:
         raise ValueError(f"format={fmt!r}; expected one of {FORMATS}.")
-    model_path = None
-    if isinstance(model, (str, os.PathLike)):
-        model_path = os.fspath(model)
+    model_path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
+    check_requirements(fmt, verify_outputs)
+    check_output(fmt, output, model_path, overwrite)
+    if model_path is not None:
         model = keras.saving.load_model(model_path)
+    error = None
     with atomic_path(output) as tmp:
         if not _write(model, fmt, tmp):
             with tempfile.TemporaryDirectory() as folder:
@@ -102,7 +159,12 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4):
                     model_path = os.path.join(folder, "model.keras")
                     model.save(model_path)
                 _run_in_backend("tensorflow" if fmt == "saved_model" else "torch", fmt, model_path, tmp)
-    return verify(model, fmt, output, atol=atol) if verify_outputs else None
+        if verify_outputs:
+            try:
+                error = verify(model, fmt, tmp, atol=atol)
+            except ExportMismatch as mismatch:
+                raise ExportMismatch(f"{mismatch} Nothing was written to {output}.") from None
+    return error
 
 
 def run_exported(fmt, path, images):
@@ -127,7 +189,7 @@ def verify(model, fmt, path, *, atol=1e-4):
         raise ExportMismatch(f"The {fmt} export outputs shape {got.shape}, the model {expected.shape}.")
     error = float(np.max(np.abs(got - expected)))
     if not error <= atol:
-        raise ExportMismatch(f"The {fmt} export at {path} differs from the model by {error:.3g} (> {atol}).")
+        raise ExportMismatch(f"The {fmt} export differs from the model by {error:.3g} (> {atol}).")
     return error
 
 

@@ -6,7 +6,8 @@
   `.bin`, a Hugging Face transformers folder or file, Keras `.weights.h5` / `.keras`), or
   `PretrainedWeights(source, interpolation="bicubic")`.
 - `export(model, path, format)` writes "npz", "timm" or "hf" files; `convert_checkpoint`
-  (and `keras-vit convert SRC DST`) converts files without building a model.
+  (and `keras-vit convert SRC DST`) converts files without building a model. Both refuse an
+  existing output unless `overwrite=True` (`--overwrite`).
 - Hybrid stems plug in through `register_stem(StemLayout(...))` (see `stems`).
 """
 

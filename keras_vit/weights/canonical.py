@@ -19,7 +19,8 @@ class Checkpoint:
     """`tensors`: canonical key -> LazyArray. `family`: the layout it was read from
     ("original", "timm", "hf", "keras"). `approximate_gelu`: the GELU it was trained / run
     with (None if unknown). `num_heads`: as stored, or assumed when the layout has no record
-    of it. `grid`: the patch grid, if the checkpoint records it."""
+    of it. `grid`: the patch grid, if the checkpoint records it. `layer_norm_epsilon`: as
+    recorded (None: the usual 1e-6)."""
 
     path: str
     family: str
@@ -27,6 +28,7 @@ class Checkpoint:
     approximate_gelu: bool = None
     num_heads: int = None
     grid: tuple = None
+    layer_norm_epsilon: float = None
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None
@@ -126,7 +128,7 @@ def read_checkpoint(path, num_heads=None):
                 "original ViT npz, timm, Hugging Face transformers or keras_vit weights."
             )
         tensors = raw.tensors
-    approximate_gelu, grid, stored_heads = None, None, None
+    approximate_gelu, grid, stored_heads, epsilon = None, None, None, None
     if family == "original":
         tensors, approximate_gelu = families.original(tensors, raw.path), True
     elif family == "timm":
@@ -136,6 +138,7 @@ def read_checkpoint(path, num_heads=None):
         tensors = families.hf(tensors, raw.path, config)
         approximate_gelu = _hf_gelu(config)
         stored_heads = config.get("num_attention_heads")
+        epsilon = config.get("layer_norm_eps")
         if "image_size" in config and "patch_size" in config:
             size = config["image_size"]
             size = size if isinstance(size, (list, tuple)) else (size, size)
@@ -143,6 +146,7 @@ def read_checkpoint(path, num_heads=None):
     else:
         approximate_gelu = raw.meta.get("approximate_gelu")
         stored_heads = raw.meta.get("num_heads")
+        epsilon = raw.meta.get("layer_norm_epsilon")
     heads = None
     if family != "original":
         heads = stored_heads or num_heads or guess_num_heads(_width(tensors, family))
@@ -152,4 +156,4 @@ def read_checkpoint(path, num_heads=None):
     )
     if family == "original":
         heads = tensors[ATTN.format(i=0) + "query/kernel"].shape[1]
-    return Checkpoint(raw.path, family, tensors, approximate_gelu, heads, grid)
+    return Checkpoint(raw.path, family, tensors, approximate_gelu, heads, grid, epsilon)

@@ -9,7 +9,7 @@ def _list(args):
 
 
 def _convert(args):
-    convert_checkpoint(args.src, args.dst, format=args.format, num_heads=args.num_heads)
+    convert_checkpoint(args.src, args.dst, format=args.format, num_heads=args.num_heads, overwrite=args.overwrite)
     print(f"wrote {args.dst}")
 
 
@@ -30,4 +30,5 @@ def register(subparsers):
     parser.add_argument(
         "--num-heads", type=int, help="attention heads, for sources that do not record them (timm, .weights.h5)"
     )
+    parser.add_argument("--overwrite", action="store_true", help="replace what is at DST (same kind only)")
     parser.set_defaults(func=_convert)

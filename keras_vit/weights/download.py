@@ -2,19 +2,19 @@
 
 A download goes to a private temporary folder next to its cache path, is checked (size and
 sha256 where the registry knows them, and always a full parse of the file, so a truncated or
-corrupt file fails), and only then renamed into place. A file put at the cache path by hand is
-used as is, after the same checks.
+corrupt file fails), and only then renamed into place; the folders that killed downloads left
+behind are removed first. A file put at the cache path by hand is used as is, after the same
+checks.
 """
 
 import hashlib
 import logging
 import os
-import shutil
-import tempfile
 import zipfile
 
 import keras
 
+from keras_vit.files import remove, remove_stale, temporary_name
 from keras_vit.weights import readers, safetensors_io
 from keras_vit.weights.registry import cache_path
 
@@ -60,7 +60,9 @@ def fetch(entry):
         return target
     folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
-    scratch = tempfile.mkdtemp(dir=folder, prefix=".download-")
+    remove_stale(folder)
+    scratch = temporary_name(target)
+    os.makedirs(scratch)
     try:
         try:
             path = keras.utils.get_file(
@@ -75,6 +77,6 @@ def fetch(entry):
             ) from error
         os.replace(path, target)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove(scratch)
     logger.info("Cached %s at %s", entry.url, target)
     return target

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 from keras_vit.weights import stems
-from keras_vit.files import atomic_path
+from keras_vit.files import atomic_path, check_target
 from keras_vit.weights.canonical import Checkpoint
 from keras_vit.weights.layouts import KERAS
 from keras_vit.weights.lazy import LazyArray
@@ -37,11 +37,14 @@ def model_checkpoint(model):
         tensors, KERAS, to_canonical=True, heads=encoder.num_heads,
         keymaps=stems.keymaps("keras", to_canonical=True), what=f"model {model.name!r}",
     )
-    return Checkpoint(model.name, "keras", tensors, encoder.approximate_gelu, encoder.num_heads, tuple(grid))
+    return Checkpoint(
+        model.name, "keras", tensors, encoder.approximate_gelu, encoder.num_heads, tuple(grid), encoder.layer_norm_epsilon
+    )
 
 
-def export(model, path, format="npz"):
-    """Writes `model`'s weights for another implementation.
+def export(model, path, format="npz", overwrite=False):
+    """Writes `model`'s weights for another implementation (refusing an existing `path`
+    unless `overwrite`).
 
     - "npz": the original google-research/vision_transformer file (flat '/' keys);
     - "timm": a timm `VisionTransformer` state dict as `.safetensors`;
@@ -51,6 +54,7 @@ def export(model, path, format="npz"):
     """
     if format not in WRITERS:
         raise ValueError(f"Unknown export format {format!r}; expected one of {tuple(WRITERS)}.")
+    check_target(path, overwrite=overwrite, folder=format == "hf")
     WRITERS[format](os.fspath(path), model_checkpoint(model))
 
 
@@ -69,14 +73,16 @@ def _output_format(dst):
     )
 
 
-def convert_checkpoint(src, dst, format=None, num_heads=None):
-    """Converts the checkpoint `src` (a path or a named checkpoint) to `dst`. The output format
-    is `format`, else taken from `dst`'s name. `num_heads` is needed only for sources that do
-    not record it (timm, `.weights.h5`) when the standard variant's count would be wrong."""
+def convert_checkpoint(src, dst, format=None, num_heads=None, overwrite=False):
+    """Converts the checkpoint `src` (a path or a named checkpoint) to `dst`, refusing an
+    existing `dst` unless `overwrite`. The output format is `format`, else taken from `dst`'s
+    name. `num_heads` is needed only for sources that do not record it (timm, `.weights.h5`)
+    when the standard variant's count would be wrong."""
     dst = os.fspath(dst)
     format = format or _output_format(dst)
     if format not in FORMATS:
         raise ValueError(f"Unknown format {format!r}; expected one of {FORMATS}.")
+    check_target(dst, overwrite=overwrite, folder=format == "hf")
     ckpt = weights_checkpoint(src, num_heads=num_heads)
     if format != "keras":
         WRITERS[format](dst, ckpt)

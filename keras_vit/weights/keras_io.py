@@ -13,13 +13,20 @@ import numpy as np
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.readers import RawCheckpoint
 
+NORM = ("gamma", "beta")
 VARIABLE_NAMES = {
     "class_token": ("cls",),
     "posembed_input": ("pos_embedding",),
-    "ln_1": ("gamma", "beta"),
-    "ln_2": ("gamma", "beta"),
-    "encoder_norm": ("gamma", "beta"),
+    "ln_1": NORM,
+    "ln_2": NORM,
+    "encoder_norm": NORM,
 }
+
+
+def _variable_names(layer):
+    """The variable names of the layer named `layer`, in storage order (the hybrid stem's
+    GroupNorms are `gn_root`, `gn1`..`gn3`, `gn_proj`)."""
+    return NORM if layer.startswith("gn") else VARIABLE_NAMES.get(layer, ("kernel", "bias"))
 
 
 def _h5_dataset(dataset, source):
@@ -30,7 +37,7 @@ def _walk(group, chain, out, path):
     variables = group.get("vars")
     if isinstance(variables, h5py.Group) and chain is not None:
         chain = chain + [variables.attrs.get("name", "?")]
-        names = VARIABLE_NAMES.get(chain[-1], ("kernel", "bias"))
+        names = _variable_names(chain[-1])
         for j in range(len(variables)):
             name = names[j] if j < len(names) else f"variable_{j}"
             key = "/".join(chain + [name])
@@ -42,7 +49,10 @@ def _walk(group, chain, out, path):
 
 def read_weights_h5(path):
     """Variable path -> LazyArray for a Keras `.weights.h5` file."""
-    handle = h5py.File(path, "r")
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as error:
+        raise ValueError(f"{path}: corrupt or truncated HDF5 file ({error}).") from None
     tensors = {}
     _walk(handle, None, tensors, path)
     if not tensors:
@@ -62,5 +72,9 @@ def read_keras(path, container):
         v.path: LazyArray.wrap(np.asarray(keras.ops.convert_to_numpy(v)), f"{v.path!r} in {path}")
         for v in model.weights
     }
-    meta = {"num_heads": encoder.num_heads, "approximate_gelu": encoder.approximate_gelu}
+    meta = {
+        "num_heads": encoder.num_heads,
+        "approximate_gelu": encoder.approximate_gelu,
+        "layer_norm_epsilon": encoder.layer_norm_epsilon,
+    }
     return RawCheckpoint(path, "keras", tensors, meta)

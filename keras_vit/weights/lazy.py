@@ -5,6 +5,8 @@ reading anything and then reads one tensor at a time: peak host memory stays nea
 own size. Layout conversions (transpose, reshape, row slices, a leading index) compose lazily.
 """
 
+import zlib
+
 import numpy as np
 
 
@@ -71,13 +73,39 @@ class LazyArray:
         return f"LazyArray({self.shape}, {self.dtype}, {self.source!r})"
 
 
+class CRCCheck:
+    """Checks a stored zip member's CRC-32 while its bytes are read: the bytes before the data
+    (`prefix`) at once, the data from `start` to `end` as it arrives, whole or in pieces. Pieces
+    read out of order cannot be checked and are not; a read from `start` begins a new check."""
+
+    def __init__(self, expected, prefix, start, end, source):
+        self.expected, self.start, self.end, self.source = expected, start, end, source
+        self._prefix_crc = zlib.crc32(prefix)
+        self._crc, self._next = self._prefix_crc, start
+
+    def update(self, offset, data):
+        if offset == self.start:
+            self._crc, self._next = self._prefix_crc, self.start
+        elif offset != self._next:
+            self._next = None
+            return
+        self._crc = zlib.crc32(data, self._crc)
+        self._next = offset + data.nbytes
+        if self._next == self.end and self._crc != self.expected:
+            raise ValueError(
+                f"{self.source}: corrupt data (CRC-32 {self._crc:08x}, the archive records "
+                f"{self.expected:08x}); the file is damaged, get a fresh copy."
+            )
+
+
 class FileArray(LazyArray):
     """A C-ordered array stored raw at `offset` in `path`, read with `np.fromfile` (no memory
-    map, no full-file read). Indexing the first axis reads only that slice."""
+    map, no full-file read). Indexing the first axis reads only that slice. `crc`: a `CRCCheck`
+    the bytes read go through."""
 
-    def __init__(self, path, offset, stored_dtype, shape, source, bfloat16=False):
+    def __init__(self, path, offset, stored_dtype, shape, source, bfloat16=False, crc=None):
         self.path, self.offset = path, int(offset)
-        self.stored_dtype, self.bfloat16 = np.dtype(stored_dtype), bfloat16
+        self.stored_dtype, self.bfloat16, self.crc = np.dtype(stored_dtype), bfloat16, crc
         super().__init__(shape, np.float32 if bfloat16 else stored_dtype, self._read, source)
 
     def _read(self):
@@ -85,11 +113,13 @@ class FileArray(LazyArray):
         raw = np.fromfile(self.path, dtype=self.stored_dtype, count=count, offset=self.offset)
         if raw.size != count:
             raise ValueError(f"{self.source}: file {self.path} is truncated.")
+        if self.crc is not None:
+            self.crc.update(self.offset, raw)
         raw = raw.reshape(self.shape)
         return decode_bfloat16(raw) if self.bfloat16 else raw
 
     def _sub(self, offset, shape):
-        return FileArray(self.path, offset, self.stored_dtype, shape, self.source, self.bfloat16)
+        return FileArray(self.path, offset, self.stored_dtype, shape, self.source, self.bfloat16, self.crc)
 
     def __getitem__(self, index):
         if not 0 <= index < self.shape[0]:

@@ -8,6 +8,7 @@ import numpy as np
 
 from keras_vit.applications.configs import VARIANTS
 from keras_vit.layers.position_embedding import INTERPOLATIONS, resize_position_embedding
+from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON
 from keras_vit.weights import registry, stems
 from keras_vit.weights.canonical import Checkpoint, read_checkpoint
 from keras_vit.weights.layouts import ATTN, KERAS, MLP, POSEMB
@@ -167,8 +168,8 @@ def assign(model, ckpt, tensors, interpolation="bilinear", new=()):
 
 def build_with_weights(config, weights, input_shape=None, input_tensor=None):
     """`VisionTransformer(..., weights=...)`: builds the model for `config` and loads the
-    checkpoint. Defaults follow the checkpoint: input size (its resolution) and GELU flavour
-    (tanh for the original npz files, exact for timm / Hugging Face)."""
+    checkpoint. Defaults follow the checkpoint: input size (its resolution), GELU flavour
+    (tanh for the original npz files, exact for timm / Hugging Face) and LayerNorm epsilon."""
     from keras_vit.applications.vision_transformer import _image_shape, build_model
 
     spec = weights if isinstance(weights, PretrainedWeights) else PretrainedWeights(weights)
@@ -177,6 +178,8 @@ def build_with_weights(config, weights, input_shape=None, input_tensor=None):
     config = dict(config)
     if config["approximate_gelu"] is None:
         config["approximate_gelu"] = True if ckpt.approximate_gelu is None else ckpt.approximate_gelu
+    if config["layer_norm_epsilon"] is None:
+        config["layer_norm_epsilon"] = ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON
     stem = config.get("stem")
     stride = config["patch_size"] * (stem.stride if stem is not None else 1)
     config["default_size"] = tuple(g * stride for g in ckpt.patch_grid)

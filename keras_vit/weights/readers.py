@@ -12,11 +12,12 @@ import os
 import pickle
 import struct
 import zipfile
+import zlib
 
 import numpy as np
 
 from keras_vit.weights import safetensors_io
-from keras_vit.weights.lazy import FileArray, LazyArray, decode_bfloat16
+from keras_vit.weights.lazy import CRCCheck, FileArray, LazyArray, decode_bfloat16
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 HF_WEIGHT_FILES = (
@@ -109,12 +110,20 @@ def _npz_member(zf, path, info):
         with open(path, "rb") as raw:
             raw.seek(info.header_offset + 26)
             name_len, extra_len = struct.unpack("<HH", raw.read(4))
-        offset = info.header_offset + 30 + name_len + extra_len + header_len
-        return name, FileArray(path, offset, dtype, shape, source, bfloat16=bf16)
+            start = info.header_offset + 30 + name_len + extra_len
+            raw.seek(start)
+            prefix = raw.read(header_len)
+        offset, end = start + header_len, start + info.file_size
+        crc = CRCCheck(info.CRC, prefix, offset, end, source)
+        return name, FileArray(path, offset, dtype, shape, source, bfloat16=bf16, crc=crc)
 
     def load():
-        with zipfile.ZipFile(path) as archive, archive.open(info.filename) as member:
-            array = np.lib.format.read_array(member, allow_pickle=False)
+        try:
+            with zipfile.ZipFile(path) as archive, archive.open(info.filename) as member:
+                array = np.lib.format.read_array(member, allow_pickle=False)
+                member.read()  # to the end, where zipfile checks the CRC-32
+        except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+            raise ValueError(f"{source}: corrupt data ({error}); the file is damaged, get a fresh copy.") from None
         return decode_bfloat16(array) if bf16 else array
 
     return name, LazyArray(shape, np.float32 if bf16 else dtype, load, source)
@@ -122,7 +131,8 @@ def _npz_member(zf, path, info):
 
 def read_npz(path):
     """The arrays of an `.npz`: stored members are read straight from the file, compressed
-    ones decompressed on demand; bfloat16 (`|V2`) arrays load as float32."""
+    ones decompressed on demand, each checked against its CRC-32 as it is read in full;
+    bfloat16 (`|V2`) arrays load as float32."""
     with zipfile.ZipFile(path) as zf:
         return dict(_npz_member(zf, path, info) for info in zf.infolist())
 
@@ -145,7 +155,11 @@ def read_torch(path):
             "use the .safetensors version of the checkpoint."
         ) from None
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+        if path.endswith(".safetensors"):  # torch.load would hand such a name to safetensors
+            with open(path, "rb") as f:
+                obj = torch.load(f, map_location="cpu", weights_only=True)
+        else:
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as error:
         reason = str(error).strip().splitlines()[0]
         raise ValueError(
@@ -190,6 +204,17 @@ def _read_weights_file(path):
     return read_torch(path)
 
 
+def _shard_path(folder, index, shard):
+    """The path of `shard`, named in the shard index `index`: a plain file name of a regular
+    file in `folder` (a symlink to one, as in the Hugging Face cache, is followed)."""
+    if not isinstance(shard, str) or shard in ("", ".", "..") or "/" in shard or "\\" in shard:
+        raise ValueError(f"{index}: shard {shard!r} is not a plain file name in {folder}; refusing to read it.")
+    path = os.path.join(folder, shard)
+    if not os.path.isfile(path):  # also False for devices, FIFOs and folders
+        raise ValueError(f"{index}: shard {shard!r} is missing or not a regular file in {folder}.")
+    return path
+
+
 def read_hf_dir(folder):
     """A Hugging Face model folder: `config.json` plus single or sharded weight files."""
     config_path = os.path.join(folder, "config.json")
@@ -199,10 +224,13 @@ def read_hf_dir(folder):
         if not os.path.isfile(path):
             continue
         if name.endswith(".index.json"):
-            shards = sorted(set(_read_json(path)["weight_map"].values()))
+            index = _read_json(path)
+            weight_map = index.get("weight_map") if isinstance(index, dict) else None
+            if not isinstance(weight_map, dict):
+                raise ValueError(f"{path}: a shard index without a weight_map (tensor name -> shard file).")
             tensors = {}
-            for shard in shards:
-                tensors.update(_read_weights_file(os.path.join(folder, shard)))
+            for shard in sorted(set(weight_map.values()), key=str):
+                tensors.update(_read_weights_file(_shard_path(folder, path, shard)))
         else:
             tensors = _read_weights_file(path)
         return RawCheckpoint(folder, "hf_dir", tensors, meta)

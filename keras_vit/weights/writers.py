@@ -10,6 +10,7 @@ import zipfile
 
 import numpy as np
 
+from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON
 from keras_vit.weights import stems
 from keras_vit.files import atomic_path
 from keras_vit.weights.layouts import HF, TIMM
@@ -60,7 +61,7 @@ def hf_config(ckpt, architecture):
         "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0,
         "initializer_range": 0.02,
-        "layer_norm_eps": 1e-6,
+        "layer_norm_eps": ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON,
         "image_size": size,
         "patch_size": ckpt.patch_size,
         "num_channels": ckpt.channels,
@@ -84,7 +85,8 @@ def hf_config(ckpt, architecture):
 def write_hf(folder, ckpt):
     """A transformers folder (`config.json`, `model.safetensors`): `ViTForImageClassification`
     with a head, else `ViTModel` (a pre_logits layer becomes its pooler). An all-zero head on a
-    pre_logits layer (the ImageNet-21k files) is left out; a trained one cannot be expressed."""
+    pre_logits layer (the ImageNet-21k files) is left out; a trained one cannot be expressed.
+    The folder is written whole and swapped in when complete."""
     tensors = dict(ckpt.tensors)
     if "pre_logits/kernel" in tensors and "head/kernel" in tensors:
         if any(np.any(tensors[k].load()) for k in ("head/kernel", "head/bias")):
@@ -99,10 +101,11 @@ def write_hf(folder, ckpt):
     theirs = _theirs(ckpt, HF, "hf")
     if architecture == "ViTForImageClassification":
         theirs = {k if k.startswith("classifier.") else "vit." + k: v for k, v in theirs.items()}
-    os.makedirs(folder, exist_ok=True)
-    write_safetensors(os.path.join(folder, "model.safetensors"), _float32(theirs), metadata={"format": "pt"})
-    with atomic_path(os.path.join(folder, "config.json")) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        json.dump(hf_config(ckpt, architecture), f, indent=2)
+    with atomic_path(folder) as tmp:
+        os.makedirs(tmp)
+        write_safetensors(os.path.join(tmp, "model.safetensors"), _float32(theirs), metadata={"format": "pt"})
+        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(hf_config(ckpt, architecture), f, indent=2)
 
 
 WRITERS = {"npz": write_npz, "timm": write_timm, "hf": write_hf}
