@@ -5,16 +5,14 @@ import os
 
 import numpy as np
 
-from keras_vit.applications.configs import VARIANTS
-
-HYBRIDS = ("R50ViTB16",)
+from keras_vit.applications.configs import HYBRIDS, VARIANTS
 DEFAULT_SIZE = 224
 
 
 def _build(model, weights, image_size):
     import keras
 
-    import keras_vit
+    import keras_vit.layers  # registers the layers for keras.saving.load_model
 
     if model.endswith(".keras"):
         if not os.path.isfile(model):

@@ -20,6 +20,8 @@ import tempfile
 import keras
 import numpy as np
 
+import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
+
 FORMATS = ("saved_model", "onnx")
 
 

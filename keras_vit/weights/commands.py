@@ -1,14 +1,19 @@
 """`keras-vit list-weights [MODEL]` and `keras-vit convert SRC DST`."""
 
-from keras_vit.weights.export import FORMATS, convert_checkpoint
-from keras_vit.weights.registry import list_weights
+# keras_vit.weights.export.FORMATS, spelled out so that the parser is built without Keras
+# (tests/test_cli.py checks that they agree).
+FORMATS = ("npz", "timm", "hf", "keras")
 
 
 def _list(args):
+    from keras_vit.weights.registry import list_weights
+
     list_weights(args.model)
 
 
 def _convert(args):
+    from keras_vit.weights.export import convert_checkpoint
+
     convert_checkpoint(args.src, args.dst, format=args.format, num_heads=args.num_heads)
     print(f"wrote {args.dst}")
 
