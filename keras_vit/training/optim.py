@@ -5,9 +5,7 @@ import math
 import keras
 from keras import ops
 
-OPTIMIZERS = ("sgd", "adam", "adamw")
-SCHEDULES = ("cosine", "linear", "constant")
-LR_SCALINGS = ("none", "linear", "sqrt")
+from keras_vit.training.recipes import LR_SCALINGS, OPTIMIZERS, SCHEDULES
 # Not decayed by AdamW: biases, LayerNorm scales / offsets, the class token and position embeddings.
 NO_DECAY = ("bias", "gamma", "beta", "cls", "pos_embedding")
 
