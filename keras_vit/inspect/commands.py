@@ -104,10 +104,10 @@ def register(subparsers):
     )
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image file(s); distances average over all")
     parser.add_argument(
-        "--model", default="ViTB16",
+        "--model", default="ViTB16", metavar="VARIANT|MODEL.keras",
         help=f"a variant ({', '.join([*VARIANTS, *HYBRIDS])}) or a saved .keras model (default ViTB16)",
     )
-    parser.add_argument("--weights", default=None, help="pretrained weights: a name or checkpoint path")
-    parser.add_argument("--image-size", type=int, default=None, help="input size (default: the model's, or 224)")
-    parser.add_argument("--out", required=True, help="folder for the PNG files")
+    parser.add_argument("--weights", default=None, metavar="NAME|PATH", help="pretrained weights: a name or checkpoint path")
+    parser.add_argument("--image-size", type=int, default=None, metavar="INT", help="input size (default: the model's, or 224)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder for the PNG files")
     parser.set_defaults(func=inspect_command)

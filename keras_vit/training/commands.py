@@ -89,16 +89,14 @@ def _field_parser(name):
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
 
-    parse.__name__ = name
     return parse
 
 
 def _metavar(field):
     if field.name in METAVARS:
         return METAVARS[field.name]
-    kinds = [k for k in typing.get_args(field.type) or (field.type,) if k is not type(None)]
-    text = "|".join({bool: "true|false", int: "INT", float: "FLOAT", str: "NAME"}[k] for k in kinds)
-    return text + ("|none" if len(kinds) < len(typing.get_args(field.type) or (field.type,)) else "")
+    names = {bool: "true|false", int: "INT", float: "FLOAT", str: "TEXT", type(None): "none"}
+    return "|".join(names[kind] for kind in typing.get_args(field.type) or (field.type,))
 
 
 def _add_field_flags(parser):
