@@ -1,46 +1,42 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., 2021) for Keras 3.
 
 Runs on TensorFlow, JAX and PyTorch; the backend is chosen with `KERAS_BACKEND`.
+`import keras_vit` registers the layers with `keras.saving`; the other names are imported on
+first use. The `keras-vit` command line skips that registration until a command needs a
+model, so that `--help` and `list-models` start without Keras (and TensorFlow).
 """
 
-from keras_vit import layers, weights
-from keras_vit.applications import (
-    VARIANTS,
-    R50ViTB16,
-    ViTB16,
-    ViTB32,
-    ViTH14,
-    ViTL16,
-    ViTL32,
-    ViTS16,
-    ViTS32,
-    ViTTi16,
-    VisionTransformer,
-    decode_predictions,
-    preprocess_input,
-)
-from keras_vit.inspect.features import feature_extractor, features
-from keras_vit.weights import list_weights
+import os
+import sys
+
+from keras_vit.applications.configs import list_models
+from keras_vit.exports import lazy_package
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "R50ViTB16",
-    "VARIANTS",
-    "ViTB16",
-    "ViTB32",
-    "ViTH14",
-    "ViTL16",
-    "ViTL32",
-    "ViTS16",
-    "ViTS32",
-    "ViTTi16",
-    "VisionTransformer",
-    "decode_predictions",
-    "feature_extractor",
-    "features",
-    "layers",
-    "list_weights",
-    "preprocess_input",
-    "weights",
-]
+_EXPORTS = {
+    "layers": "keras_vit.layers",
+    "weights": "keras_vit.weights",
+    "list_weights": "keras_vit.weights",
+    "features": "keras_vit.inspect.features",
+    "feature_extractor": "keras_vit.inspect.features",
+    **{
+        name: "keras_vit.applications"
+        for name in [
+            "R50ViTB16", "VARIANTS", "ViTB16", "ViTB32", "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32",
+            "ViTTi16", "VisionTransformer", "decode_predictions", "preprocess_input",
+        ]
+    },
+}
+__all__ = ["list_models"]
+lazy_package(__name__, _EXPORTS)
+
+
+def _command_line():
+    """Whether this process is the `keras-vit` script (also under torchrun)."""
+    script = os.path.basename(getattr(sys, "argv", [""])[0] or "")
+    return os.path.splitext(script)[0] == "keras-vit"
+
+
+if not _command_line():
+    from keras_vit import layers  # noqa: F401  (registers the layers for keras.saving.load_model)

@@ -2,6 +2,7 @@
 
 import argparse
 import importlib
+import os
 import sys
 
 # Each module has `register(subparsers)`, which adds its sub-commands with a `func(args)`.
@@ -13,6 +14,10 @@ def build_parser():
         prog="keras-vit",
         description="Vision Transformers for Keras 3 (backend from KERAS_BACKEND).",
     )
+    parser.add_argument(
+        "--verbose", dest="show_logs", action="store_true",
+        help="show TensorFlow / XLA start-up logging (hidden by default)",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
@@ -21,6 +26,8 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if not args.show_logs:  # before TensorFlow or jaxlib is imported; a value already set wins
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         return args.func(args) or 0
     except (ValueError, OSError, ImportError) as error:  # bad input, files, missing packages

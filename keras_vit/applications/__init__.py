@@ -1,32 +1,15 @@
-"""Model builders with the `keras.applications` conventions."""
+"""Model builders with the `keras.applications` conventions (imported on first use)."""
 
-from keras_vit.applications.configs import VARIANTS
-from keras_vit.applications.hybrid import R50ViTB16
-from keras_vit.applications.imagenet import decode_predictions, preprocess_input
-from keras_vit.applications.vision_transformer import (
-    ViTB16,
-    ViTB32,
-    ViTH14,
-    ViTL16,
-    ViTL32,
-    ViTS16,
-    ViTS32,
-    ViTTi16,
-    VisionTransformer,
-)
+from keras_vit.exports import lazy_package
 
-__all__ = [
-    "R50ViTB16",
-    "VARIANTS",
-    "ViTB16",
-    "ViTB32",
-    "ViTH14",
-    "ViTL16",
-    "ViTL32",
-    "ViTS16",
-    "ViTS32",
-    "ViTTi16",
-    "VisionTransformer",
-    "decode_predictions",
-    "preprocess_input",
-]
+_EXPORTS = {
+    "VARIANTS": "keras_vit.applications.configs",
+    "R50ViTB16": "keras_vit.applications.hybrid",
+    "decode_predictions": "keras_vit.applications.imagenet",
+    "preprocess_input": "keras_vit.applications.imagenet",
+    **dict.fromkeys(
+        ["ViTB16", "ViTB32", "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16", "VisionTransformer"],
+        "keras_vit.applications.vision_transformer",
+    ),
+}
+lazy_package(__name__, _EXPORTS)

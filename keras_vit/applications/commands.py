@@ -1,6 +1,6 @@
 """`keras-vit list-models`."""
 
-from keras_vit.applications.configs import VARIANTS
+from keras_vit.applications.configs import HYBRIDS, VARIANTS
 
 
 def list_models(args):
@@ -10,6 +10,7 @@ def list_models(args):
             f"{name:<10} {arch['patch_size']:>5} {arch['hidden_dim']:>6} {arch['depth']:>6} "
             f"{arch['num_heads']:>6} {arch['mlp_dim']:>6}"
         )
+    print(f"hybrids (ResNet stem + ViT-B/16 encoder): {', '.join(HYBRIDS)}")
 
 
 def register(subparsers):

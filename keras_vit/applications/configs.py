@@ -17,3 +17,11 @@ def variant(name):
     if name not in VARIANTS:
         raise ValueError(f"Unknown model {name!r}; available: {', '.join(VARIANTS)}.")
     return dict(VARIANTS[name])
+
+# Builders that are not a plain VisionTransformer of VARIANTS (a CNN stem before the encoder).
+HYBRIDS = ("R50ViTB16",)
+
+
+def list_models():
+    """The names of every model builder, e.g. "ViTB16" (`keras_vit.ViTB16`)."""
+    return [*VARIANTS, *HYBRIDS]

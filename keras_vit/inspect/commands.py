@@ -5,16 +5,14 @@ import os
 
 import numpy as np
 
-from keras_vit.applications.configs import VARIANTS
-
-HYBRIDS = ("R50ViTB16",)
+from keras_vit.applications.configs import HYBRIDS, VARIANTS
 DEFAULT_SIZE = 224
 
 
 def _build(model, weights, image_size):
     import keras
 
-    import keras_vit
+    import keras_vit.layers  # registers the layers for keras.saving.load_model
 
     if model.endswith(".keras"):
         if not os.path.isfile(model):
@@ -106,10 +104,10 @@ def register(subparsers):
     )
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image file(s); distances average over all")
     parser.add_argument(
-        "--model", default="ViTB16",
+        "--model", default="ViTB16", metavar="VARIANT|MODEL.keras",
         help=f"a variant ({', '.join([*VARIANTS, *HYBRIDS])}) or a saved .keras model (default ViTB16)",
     )
-    parser.add_argument("--weights", default=None, help="pretrained weights: a name or checkpoint path")
-    parser.add_argument("--image-size", type=int, default=None, help="input size (default: the model's, or 224)")
-    parser.add_argument("--out", required=True, help="folder for the PNG files")
+    parser.add_argument("--weights", default=None, metavar="NAME|PATH", help="pretrained weights: a name or checkpoint path")
+    parser.add_argument("--image-size", type=int, default=None, metavar="INT", help="input size (default: the model's, or 224)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder for the PNG files")
     parser.set_defaults(func=inspect_command)

@@ -12,9 +12,9 @@ INTERPOLATIONS = ("bilinear", "bicubic")
 def _linear_matrix(n_in, n_out):
     """`(n_out, n_in)` weights of corner-aligned linear interpolation (as
     `scipy.ndimage.zoom(order=1)`, which the original code uses). Works on symbolic sizes."""
-    n_out_f = ops.cast(n_out, "float32")
-    step = (n_in - 1) / ops.maximum(n_out_f - 1.0, 1.0)
-    pos = ops.cast(ops.arange(n_out), "float32") * step
+    index = ops.arange(n_out, dtype="float32")
+    step = (n_in - 1) / ops.maximum(ops.max(index), 1.0)  # max(index) = n_out - 1, also for a traced size
+    pos = index * step
     lo = ops.minimum(ops.floor(pos), n_in - 1)
     frac = ops.expand_dims(pos - lo, -1)
     lo = ops.cast(lo, "int32")

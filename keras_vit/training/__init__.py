@@ -4,29 +4,27 @@
     result = training.train("digits")                      # the quick default
     result = training.train("finetune", data="cifar10", weights="...", learning_rate=0.01)
     result = training.pretrain("masked_patch_digits")     # self-supervised: result.encoder_path
+
+Names are imported on first use, so `keras_vit.training.recipes` alone needs no TensorFlow.
 """
 
-from keras_vit.training.checkpointing import TrainingDiverged
-from keras_vit.training.data import DatasetUnavailableError, Source, load_source
-from keras_vit.training.pipeline import Augmentation, eval_dataset, train_dataset
-from keras_vit.training.pretrain import PretrainResult, pretrain
-from keras_vit.training.recipes import RECIPES, TrainConfig, recipe
-from keras_vit.training.trainer import TrainResult, build_model, train
+from keras_vit.exports import lazy_package
 
-__all__ = [
-    "RECIPES",
-    "Augmentation",
-    "DatasetUnavailableError",
-    "PretrainResult",
-    "Source",
-    "TrainConfig",
-    "TrainResult",
-    "TrainingDiverged",
-    "build_model",
-    "eval_dataset",
-    "load_source",
-    "pretrain",
-    "recipe",
-    "train",
-    "train_dataset",
-]
+_EXPORTS = {
+    "TrainingDiverged": "keras_vit.training.checkpointing",
+    "DatasetUnavailableError": "keras_vit.training.data",
+    "Source": "keras_vit.training.data",
+    "load_source": "keras_vit.training.data",
+    "Augmentation": "keras_vit.training.pipeline",
+    "eval_dataset": "keras_vit.training.pipeline",
+    "train_dataset": "keras_vit.training.pipeline",
+    "PretrainResult": "keras_vit.training.pretrain",
+    "pretrain": "keras_vit.training.pretrain",
+    "RECIPES": "keras_vit.training.recipes",
+    "TrainConfig": "keras_vit.training.recipes",
+    "recipe": "keras_vit.training.recipes",
+    "TrainResult": "keras_vit.training.trainer",
+    "build_model": "keras_vit.training.trainer",
+    "train": "keras_vit.training.trainer",
+}
+lazy_package(__name__, _EXPORTS)

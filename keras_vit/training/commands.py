@@ -1,28 +1,33 @@
 """`keras-vit train | pretrain | evaluate | predict | export`."""
 
+import argparse
 import dataclasses
 import os
 import sys
+import typing
 
-from keras_vit.training.recipes import FIELD_HELP, RECIPES, TrainConfig, parse_value
+from keras_vit.training.recipes import CHOICES, FIELD_HELP, RECIPES, TrainConfig, parse_value, recipe
+
+# What a free-form option's value is, for --help (the others show their type or choices).
+METAVARS = {
+    "data": "NAME|DIR|FILE", "data_dir": "DIR", "manual_dir": "DIR", "output_dir": "DIR",
+    "train_split": "SPLIT", "val_split": "SPLIT", "weights": "NAME|PATH", "pooling": "token|avg",
+    "monitor": "METRIC", "jit_compile": "auto|true|false", "verbose": "auto|0|1|2", "crop_area": "MIN,MAX",
+    "crop_aspect": "MIN,MAX",
+}
 
 
 def _config_from_args(args):
-    from keras_vit.training.recipes import recipe
-
-    config = recipe(args.recipe)
-    overrides = {}
-    for field in dataclasses.fields(TrainConfig):
-        value = getattr(args, field.name, None)
-        if value is not None:
-            overrides[field.name] = parse_value(field.name, value)
-    return config.replace(**overrides).override(args.set or [])
+    """The recipe with the flags given (already parsed) and `--set` applied; raises
+    ValueError for a bad combination, before anything heavy is imported."""
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
+    return recipe(args.recipe).replace(**overrides).override(args.set or [])
 
 
 def _train(args):
+    config = _config_from_args(args)
     from keras_vit.training import TrainingDiverged, train
 
-    config = _config_from_args(args)
     try:
         result = train(config, resume=not args.fresh)
     except TrainingDiverged as error:
@@ -43,11 +48,12 @@ def _train(args):
 
 
 def _pretrain(args):
+    config = _config_from_args(args)
     from keras_vit.training import TrainingDiverged
     from keras_vit.training.pretrain import pretrain
 
     try:
-        result = pretrain(_config_from_args(args), resume=not args.fresh)
+        result = pretrain(config, resume=not args.fresh)
     except TrainingDiverged as error:
         print(f"keras-vit pretrain: {error}", file=sys.stderr)
         return 3
@@ -99,13 +105,36 @@ def _export(args):
         print(f"Exported {args.model} as {fmt} to {output}{checked}.")
 
 
+def _field_parser(name):
+    """argparse `type=` for option `name`: its value parsed as the recipe field's type."""
+
+    def parse(text):
+        try:
+            return parse_value(name, text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
+def _metavar(field):
+    if field.name in METAVARS:
+        return METAVARS[field.name]
+    names = {bool: "true|false", int: "INT", float: "FLOAT", str: "TEXT", type(None): "none"}
+    return "|".join(names[kind] for kind in typing.get_args(field.type) or (field.type,))
+
+
 def _add_field_flags(parser):
     group = parser.add_argument_group("training options (each overrides the recipe)")
     for field in dataclasses.fields(TrainConfig):
         if field.name == "recipe":
             continue
-        flag = "--" + field.name.replace("_", "-")
-        group.add_argument(flag, dest=field.name, metavar="VALUE", default=None, help=FIELD_HELP[field.name])
+        choices = CHOICES.get(field.name)
+        group.add_argument(
+            "--" + field.name.replace("_", "-"), dest=field.name, default=argparse.SUPPRESS,
+            type=_field_parser(field.name), choices=choices, metavar=None if choices else _metavar(field),
+            help=FIELD_HELP[field.name],
+        )
 
 
 def register(subparsers):
@@ -141,25 +170,27 @@ def register(subparsers):
     pretrain.set_defaults(func=_pretrain)
 
     evaluate = subparsers.add_parser("evaluate", help="top-1 / top-5 of a trained model on a data set")
-    evaluate.add_argument("model", help="a .keras model (e.g. runs/digits/best.keras)")
-    evaluate.add_argument("--data", help="data set (default: the one recorded with the run)")
-    evaluate.add_argument("--data-dir", help="tensorflow-datasets data_dir")
+    evaluate.add_argument("model", metavar="MODEL.keras", help="a .keras model (e.g. runs/digits/best.keras)")
+    evaluate.add_argument("--data", metavar="NAME|DIR|FILE", help="data set (default: the one recorded with the run)")
+    evaluate.add_argument("--data-dir", metavar="DIR", help="tensorflow-datasets data_dir")
     evaluate.add_argument("--split", default="validation", choices=("validation", "train"))
-    evaluate.add_argument("--batch-size", type=int, default=128)
+    evaluate.add_argument("--batch-size", type=int, default=128, metavar="INT")
     evaluate.set_defaults(func=_evaluate)
 
     predict = subparsers.add_parser("predict", help="top-5 classes of image files")
     predict.add_argument("images", nargs="+", metavar="IMAGE")
-    predict.add_argument("--model", default="ViTB16", help="a .keras model or a variant name (default ViTB16)")
-    predict.add_argument("--weights", default="imagenet", help="weights of a variant (default imagenet)")
-    predict.add_argument("--top", type=int, default=5)
+    predict.add_argument(
+        "--model", default="ViTB16", metavar="VARIANT|MODEL.keras", help="a .keras model or a variant name (default ViTB16)"
+    )
+    predict.add_argument("--weights", default="imagenet", metavar="NAME|PATH", help="weights of a variant (default imagenet)")
+    predict.add_argument("--top", type=int, default=5, metavar="INT", help="classes shown per image (default 5)")
     predict.set_defaults(func=_predict)
 
     export = subparsers.add_parser("export", help="export a .keras model to a TF SavedModel and/or ONNX")
-    export.add_argument("model", help="a .keras model")
+    export.add_argument("model", metavar="MODEL.keras", help="a .keras model")
     export.add_argument("--format", default="all", choices=("saved_model", "onnx", "all"))
-    export.add_argument("--output", required=True, help="output path (with --format all: PATH.savedmodel and PATH.onnx)")
-    export.add_argument("--atol", type=float, default=1e-4, help="largest accepted output difference")
+    export.add_argument("--output", required=True, metavar="PATH", help="output path (with --format all: PATH.savedmodel and PATH.onnx)")
+    export.add_argument("--atol", type=float, default=1e-4, metavar="FLOAT", help="largest accepted output difference")
     export.add_argument("--no-verify", action="store_true", help="skip loading the export and comparing outputs")
     export.add_argument("--overwrite", action="store_true", help="replace what is at the output path (same kind only)")
     export.set_defaults(func=_export)

@@ -28,11 +28,7 @@ from typing import Callable
 
 import keras
 
-STRATEGIES = {
-    "tensorflow": ("auto", "none", "mirrored", "tpu", "multi_worker"),
-    "jax": ("auto", "none", "data_parallel", "model_parallel"),
-    "torch": ("auto", "none", "torch_ddp"),
-}
+from keras_vit.training.recipes import STRATEGIES
 
 # Variable-path patterns of the big ViT kernels and how ModelParallel shards them.
 VIT_LAYOUT = {

@@ -21,6 +21,7 @@ import tempfile
 import keras
 import numpy as np
 
+import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
 from keras_vit.files import atomic_path, check_target
 
 FORMATS = ("saved_model", "onnx")
@@ -31,17 +32,31 @@ class ExportMismatch(ValueError):
     """The exported model's outputs differ from the Keras model's."""
 
 
-def _input_shape(model):
-    shape = tuple(model.inputs[0].shape[1:])
-    if None in shape:
-        raise ValueError(f"Export needs a fixed input shape, the model takes {shape}.")
-    return shape
+def _size_step(model):
+    """What an input side must be a multiple of: the patch size (times a hybrid stem's stride)."""
+    stem = next((layer for layer in model.layers if layer.name == "stem"), None)
+    return model.get_layer("embedding").patch_size * (stem.stride if stem is not None else 1)
 
 
-def sample_images(model, count=3, seed=0):
-    """Random inputs in [-1, 1] of the model's input shape."""
+def input_shapes(model):
+    """The input shapes an export is traced and checked at: the model's own, or for a model of
+    any height and width (`input_shape=(None, None, 3)`) its position-embedding grid's size and
+    a larger, non-square one."""
+    height, width, channels = model.inputs[0].shape[1:]
+    if height is not None and width is not None:
+        return [(height, width, channels)]
+    step = _size_step(model)
+    rows, cols = model.get_layer("posembed_input").grid_size
+    return [
+        (height or rows * step, width or cols * step, channels),
+        (height or (rows + 1) * step, width or (cols + 2) * step, channels),
+    ]
+
+
+def sample_images(model, count=3, seed=0, shape=None):
+    """Random inputs in [-1, 1] of `shape` (default: the first of `input_shapes(model)`)."""
     rng = np.random.default_rng(seed)
-    return rng.uniform(-1.0, 1.0, (count, *_input_shape(model))).astype("float32")
+    return rng.uniform(-1.0, 1.0, (count, *(shape or input_shapes(model)[0]))).astype("float32")
 
 
 def _run_in_backend(backend, fmt, model_path, output):
@@ -56,7 +71,13 @@ def _torch_onnx(model, output):
     import torch
 
     batch = torch.export.Dim("batch", min=1, max=4096)
-    example = torch.zeros((2, *_input_shape(model)))
+    axes = {0: batch}
+    height, width = model.inputs[0].shape[1:3]
+    if height is None or width is None:  # any size: the multiples of the patch (and stem) stride
+        step = _size_step(model)
+        axes.update({1: step * torch.export.Dim("rows", min=1, max=1024)} if height is None else {})
+        axes.update({2: step * torch.export.Dim("cols", min=1, max=1024)} if width is None else {})
+    example = torch.zeros((2, *input_shapes(model)[0]))
     model.eval()
     program = torch.onnx.export(
         model,
@@ -64,7 +85,7 @@ def _torch_onnx(model, output):
         input_names=["images"],
         output_names=["predictions"],
         dynamo=True,
-        dynamic_shapes=(({0: batch},),),
+        dynamic_shapes=((axes,),),
         verbose=False,
     )
     program.optimize()
@@ -181,13 +202,16 @@ def run_exported(fmt, path, images):
 
 
 def verify(model, fmt, path, *, atol=1e-4):
-    """Max |exported - keras| on random images; raises `ExportMismatch` above `atol`."""
-    images = sample_images(model)
-    expected = keras.ops.convert_to_numpy(model(images, training=False))
-    got = run_exported(fmt, path, images)
-    if got.shape != expected.shape:
-        raise ExportMismatch(f"The {fmt} export outputs shape {got.shape}, the model {expected.shape}.")
-    error = float(np.max(np.abs(got - expected)))
+    """Max |exported - keras| on random images (at each of `input_shapes(model)`); raises
+    `ExportMismatch` above `atol`."""
+    error = 0.0
+    for shape in input_shapes(model):
+        images = sample_images(model, shape=shape)
+        expected = keras.ops.convert_to_numpy(model(images, training=False))
+        got = run_exported(fmt, path, images)
+        if got.shape != expected.shape:
+            raise ExportMismatch(f"The {fmt} export outputs shape {got.shape}, the model {expected.shape}.")
+        error = max(error, float(np.max(np.abs(got - expected))))
     if not error <= atol:
         raise ExportMismatch(f"The {fmt} export differs from the model by {error:.3g} (> {atol}).")
     return error

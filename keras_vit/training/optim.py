@@ -6,10 +6,8 @@ import keras
 from keras import ops
 
 from keras_vit.training import layer_decay
+from keras_vit.training.recipes import LR_SCALINGS, OPTIMIZERS, SCHEDULES
 
-OPTIMIZERS = ("sgd", "adam", "adamw")
-SCHEDULES = ("cosine", "linear", "constant")
-LR_SCALINGS = ("none", "linear", "sqrt")
 # Not decayed by AdamW: biases, LayerNorm scales / offsets, the class token and position embeddings.
 NO_DECAY = ("bias", "gamma", "beta", "cls", "pos_embedding")
 

@@ -13,7 +13,7 @@ import platform
 
 import keras
 
-PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+from keras_vit.training.recipes import PRECISIONS
 
 
 @functools.lru_cache(maxsize=1)

@@ -29,6 +29,27 @@ from keras_vit.training.layer_decay import check_decay
 
 ARCHITECTURE = ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")
 
+# The accepted values of the options that take one of a fixed set, here (no Keras import) so
+# that the command line lists and checks them before importing anything heavy.
+OPTIMIZERS = ("sgd", "adam", "adamw")
+SCHEDULES = ("cosine", "linear", "constant")
+LR_SCALINGS = ("none", "linear", "sqrt")
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+STRATEGIES = {
+    "tensorflow": ("auto", "none", "mirrored", "tpu", "multi_worker"),
+    "jax": ("auto", "none", "data_parallel", "model_parallel"),
+    "torch": ("auto", "none", "torch_ddp"),
+}
+CHOICES = {
+    "model": (*VARIANTS, "custom"),
+    "on_corrupt": ("skip", "error"),
+    "optimizer": OPTIMIZERS,
+    "schedule": SCHEDULES,
+    "lr_scaling": LR_SCALINGS,
+    "precision": PRECISIONS,
+    "strategy": tuple(dict.fromkeys(s for accepted in STRATEGIES.values() for s in accepted)),
+}
+
 
 @dataclasses.dataclass
 class TrainConfig:
@@ -124,7 +145,7 @@ class TrainConfig:
                 f"batch_size={self.batch_size} (per optimizer step) must be divisible by "
                 f"accumulation_steps={self.accumulation_steps}."
             )
-        if self.on_corrupt not in ("skip", "error"):
+        if self.on_corrupt not in CHOICES["on_corrupt"]:
             raise ValueError(f"on_corrupt={self.on_corrupt!r}; expected 'skip' or 'error'.")
         if self.layer_decay is not None:
             self.layer_decay = check_decay(self.layer_decay)

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import math
 import os
+import sys
 import time
 import warnings
 
@@ -259,7 +260,7 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
         print(f"Resuming {config.run_dir} at step {start}/{steps_per_epoch * epochs} "
               f"(epoch {start // steps_per_epoch + 1}).")
     history = _fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks,
-                   config.verbose if plan.is_chief else 0)
+                   fit_verbosity(config.verbose) if plan.is_chief else 0)
     return _finish(config, plan, policy, model, train_model, state, val_ds, history, start, started)
 
 
@@ -308,6 +309,14 @@ def make_optimizer(config, total_steps, model):
         accumulation_steps=config.accumulation_steps,
         lr_scales=None if config.layer_decay is None else layer_decay.layer_scales(model, config.layer_decay),
     )
+
+
+def fit_verbosity(verbose):
+    """`fit`'s `verbose`: "auto" is Keras' progress bar on a terminal or in a notebook, and one
+    line per epoch (2) where stdout is a file or a pipe (CI, nohup), where a bar is redrawn."""
+    if verbose != "auto":
+        return verbose
+    return 1 if sys.stdout.isatty() or "ipykernel" in sys.modules else 2
 
 
 def _fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks, verbose):

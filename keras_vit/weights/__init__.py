@@ -9,27 +9,27 @@
   (and `keras-vit convert SRC DST`) converts files without building a model. Both refuse an
   existing output unless `overwrite=True` (`--overwrite`).
 - Hybrid stems plug in through `register_stem(StemLayout(...))` (see `stems`).
+
+Names are imported on first use.
 """
 
-from keras_vit.weights.canonical import Checkpoint, read_checkpoint
-from keras_vit.weights.download import DownloadError, fetch
-from keras_vit.weights.export import convert_checkpoint, export, model_checkpoint
-from keras_vit.weights.loader import PretrainedWeights, build_with_weights
-from keras_vit.weights.registry import WeightsEntry, list_weights
-from keras_vit.weights.stems import StemLayout, register_stem
+from keras_vit.exports import lazy_package
 
-__all__ = [
-    "Checkpoint",
-    "DownloadError",
-    "PretrainedWeights",
-    "StemLayout",
-    "WeightsEntry",
-    "build_with_weights",
-    "convert_checkpoint",
-    "export",
-    "fetch",
-    "list_weights",
-    "model_checkpoint",
-    "read_checkpoint",
-    "register_stem",
-]
+lazy_package(
+    __name__,
+    {
+        "Checkpoint": "keras_vit.weights.canonical",
+        "read_checkpoint": "keras_vit.weights.canonical",
+        "DownloadError": "keras_vit.weights.download",
+        "fetch": "keras_vit.weights.download",
+        "convert_checkpoint": "keras_vit.weights.export",
+        "export": "keras_vit.weights.export",
+        "model_checkpoint": "keras_vit.weights.export",
+        "PretrainedWeights": "keras_vit.weights.loader",
+        "build_with_weights": "keras_vit.weights.loader",
+        "WeightsEntry": "keras_vit.weights.registry",
+        "list_weights": "keras_vit.weights.registry",
+        "StemLayout": "keras_vit.weights.stems",
+        "register_stem": "keras_vit.weights.stems",
+    },
+)

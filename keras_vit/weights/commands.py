@@ -1,34 +1,39 @@
 """`keras-vit list-weights [MODEL]` and `keras-vit convert SRC DST`."""
 
-from keras_vit.weights.export import FORMATS, convert_checkpoint
-from keras_vit.weights.registry import list_weights
+# keras_vit.weights.export.FORMATS, spelled out so that the parser is built without Keras
+# (tests/test_cli.py checks that they agree).
+FORMATS = ("npz", "timm", "hf", "keras")
 
 
 def _list(args):
+    from keras_vit.weights.registry import list_weights
+
     list_weights(args.model)
 
 
 def _convert(args):
+    from keras_vit.weights.export import convert_checkpoint
+
     convert_checkpoint(args.src, args.dst, format=args.format, num_heads=args.num_heads, overwrite=args.overwrite)
     print(f"wrote {args.dst}")
 
 
 def register(subparsers):
     parser = subparsers.add_parser("list-weights", help="list the named pretrained checkpoints")
-    parser.add_argument("model", nargs="?", help="a model such as ViTB16 (default: all)")
+    parser.add_argument("model", nargs="?", metavar="MODEL", help="a model such as ViTB16 (default: all)")
     parser.set_defaults(func=_list)
 
     parser = subparsers.add_parser(
         "convert",
         help="convert a checkpoint between the original npz, timm, Hugging Face and Keras formats",
     )
-    parser.add_argument("src", help="checkpoint file or folder, or a named checkpoint such as ViTB16/imagenet")
+    parser.add_argument("src", metavar="SRC", help="checkpoint file or folder, or a named checkpoint such as ViTB16/imagenet")
     parser.add_argument(
-        "dst", help="output: .npz (original), .safetensors (timm), a folder (Hugging Face), .keras or .weights.h5"
+        "dst", metavar="DST", help="output: .npz (original), .safetensors (timm), a folder (Hugging Face), .keras or .weights.h5"
     )
     parser.add_argument("--format", choices=FORMATS, help="output format (default: from DST's name)")
     parser.add_argument(
-        "--num-heads", type=int, help="attention heads, for sources that do not record them (timm, .weights.h5)"
+        "--num-heads", type=int, metavar="INT", help="attention heads, for sources that do not record them (timm, .weights.h5)"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace what is at DST (same kind only)")
     parser.set_defaults(func=_convert)
