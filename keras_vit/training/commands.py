@@ -13,7 +13,7 @@ METAVARS = {
     "data": "NAME|DIR|FILE", "data_dir": "DIR", "manual_dir": "DIR", "output_dir": "DIR",
     "train_split": "SPLIT", "val_split": "SPLIT", "weights": "NAME|PATH", "pooling": "token|avg",
     "monitor": "METRIC", "jit_compile": "auto|true|false", "verbose": "auto|0|1|2", "crop_area": "MIN,MAX",
-    "crop_aspect": "MIN,MAX",
+    "crop_aspect": "MIN,MAX", "mask_split": "MASK,RANDOM,SAME",
 }
 
 
