@@ -18,12 +18,7 @@ the step, so it composes with both.
 import keras
 
 from keras_vit.inspect.model_parts import encoder_layer
-
-
-def check_decay(decay):
-    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay <= 1:
-        raise ValueError(f"layer_decay={decay!r} must be a number with 0 < layer_decay <= 1 (or None: off).")
-    return float(decay)
+from keras_vit.training.recipes import check_decay
 
 
 def layer_scales(model, decay):

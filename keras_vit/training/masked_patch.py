@@ -21,24 +21,10 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_vit.training.recipes import MASK_TARGETS as TARGETS
+
 KEEP, MASK, RANDOM, SAME = 0, 1, 2, 3
-TARGETS = ("color", "pixels")
 _AUTOTUNE = tf.data.AUTOTUNE
-
-
-def check_settings(rate, split, target, bits):
-    """Raises ValueError on corruption / target settings that make no sense."""
-    if not 0 < rate <= 1:
-        raise ValueError(f"mask_rate={rate} must be in (0, 1].")
-    if len(split) != 3 or min(split) < 0 or sum(split) <= 0:
-        raise ValueError(
-            f"mask_split={tuple(split)} must be three fractions >= 0 ([mask] token, random "
-            "other patch, unchanged), e.g. 0.8,0.1,0.1."
-        )
-    if target not in TARGETS:
-        raise ValueError(f"mask_target={target!r}; expected one of {', '.join(TARGETS)}.")
-    if not 1 <= bits <= 8:
-        raise ValueError(f"color_bits={bits} must be between 1 and 8.")
 
 
 def sample_corruption(batch, patches, key, rate=0.5, split=(0.8, 0.1, 0.1)):

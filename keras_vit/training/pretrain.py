@@ -77,7 +77,6 @@ def pretrain(config=None, *, data=None, callbacks=(), resume=True, **overrides):
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig or a recipe name, got {type(config).__name__}.")
     config = config.replace(**overrides)
-    masked_patch.check_settings(config.mask_rate, config.mask_split, config.mask_target, config.color_bits)
     started = time.time()
     previous_policy = keras.config.dtype_policy()
     trainer._seed_everything(config)

@@ -25,7 +25,6 @@ import typing
 from typing import Optional, Union
 
 from keras_vit.applications.configs import VARIANTS
-from keras_vit.training.layer_decay import check_decay
 
 ARCHITECTURE = ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")
 
@@ -49,6 +48,32 @@ CHOICES = {
     "precision": PRECISIONS,
     "strategy": tuple(dict.fromkeys(s for accepted in STRATEGIES.values() for s in accepted)),
 }
+
+
+MASK_TARGETS = ("color", "pixels")
+
+
+def check_decay(decay):
+    """`decay` as a float, if it is a valid `layer_decay`."""
+    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay <= 1:
+        raise ValueError(f"layer_decay={decay!r} must be a number with 0 < layer_decay <= 1 (or None: off).")
+    return float(decay)
+
+
+def check_masking(rate, split, target, bits):
+    """Raises ValueError on corruption / target settings that make no sense."""
+    if not 0 < rate <= 1:
+        raise ValueError(f"mask_rate={rate} must be in (0, 1].")
+    if len(split) != 3 or min(split) < 0 or sum(split) <= 0:
+        raise ValueError(
+            f"mask_split={tuple(split)} must be three fractions >= 0 ([mask] token, random "
+            "other patch, unchanged), e.g. 0.8,0.1,0.1."
+        )
+    if target not in MASK_TARGETS:
+        raise ValueError(f"mask_target={target!r}; expected one of {', '.join(MASK_TARGETS)}.")
+    if not 1 <= bits <= 8:
+        raise ValueError(f"color_bits={bits} must be between 1 and 8.")
+
 
 
 @dataclasses.dataclass
@@ -149,6 +174,7 @@ class TrainConfig:
             raise ValueError(f"on_corrupt={self.on_corrupt!r}; expected 'skip' or 'error'.")
         if self.layer_decay is not None:
             self.layer_decay = check_decay(self.layer_decay)
+        check_masking(self.mask_rate, self.mask_split, self.mask_target, self.color_bits)
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every={self.checkpoint_every} must be >= 0 (0: every epoch).")
 
