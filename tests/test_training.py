@@ -1,6 +1,7 @@
 """`keras_vit.training.train` end to end on tiny models: accuracy, bf16, resume, NaN, accumulation."""
 
 import json
+import math
 import os
 
 import keras
@@ -158,3 +159,31 @@ def test_gradient_accumulation_equals_one_large_batch(rng):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
     # not trivially equal: every weight moved far more than the tolerance
     assert min(np.max(np.abs(a - b)) for a, b in zip(big, initial)) > 1e-4
+
+
+class UpdateLearningRates(keras.callbacks.Callback):
+    """The learning rate of each optimizer update: read before the micro-batch that completes it."""
+
+    def __init__(self, accumulation):
+        super().__init__()
+        self.accumulation, self.micro_batches, self.rates = accumulation, 0, []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.micro_batches += 1
+        if self.micro_batches % self.accumulation == 0:
+            self.rates.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+
+def test_accumulation_follows_the_learning_rate_curve_of_one_large_batch(tmp_path):
+    """Global batch 64 in one step or in 4 micro-batches of 16: the same warm-up + cosine curve,
+    update by update (10 updates: 3 of warm-up, 7 of cosine decay)."""
+    peak, warmup, updates = TINY["learning_rate"], 3, 2 * STEPS_PER_EPOCH
+    expected = [peak * (n + 1) / warmup for n in range(warmup)]
+    expected += [0.5 * peak * (1 + math.cos(math.pi * (n - warmup) / (updates - warmup))) for n in range(warmup, updates)]
+    for accumulation in (1, 4):
+        recorder = UpdateLearningRates(accumulation)
+        config = _config(tmp_path / str(accumulation), epochs=2, depth=1, warmup_steps=warmup, val_fraction=0.2,
+                         accumulation_steps=accumulation)
+        result = train(config, data=_small_digits(), callbacks=[recorder])
+        assert result.steps == updates * accumulation
+        np.testing.assert_allclose(recorder.rates, expected, rtol=1e-5, atol=1e-9, err_msg=f"accumulation {accumulation}")

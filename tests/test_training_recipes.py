@@ -73,6 +73,17 @@ def test_warmup_cosine_schedule_values():
         optim.WarmupSchedule(0.1, 10, 20)
 
 
+def test_schedule_under_accumulation_counts_optimizer_updates():
+    schedule = optim.WarmupSchedule(0.1, total_steps=10, warmup_steps=3)
+    optimizer = optim.build_optimizer("sgd", schedule, accumulation_steps=4)
+    per_update = optimizer._learning_rate
+    # update n is applied at Keras' micro-batch counter 4n + 3
+    assert [float(per_update(4 * n + 3)) for n in range(10)] == pytest.approx([float(schedule(n)) for n in range(10)])
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(per_update))
+    assert float(clone(4 * 5 + 3)) == pytest.approx(float(schedule(5)))
+    assert optim.build_optimizer("sgd", schedule)._learning_rate is schedule
+
+
 def test_learning_rate_scaling():
     assert optim.scaled_learning_rate(1e-3, 4096, 1024, "linear") == pytest.approx(4e-3)
     assert optim.scaled_learning_rate(1e-3, 4096, 1024, "sqrt") == pytest.approx(2e-3)
