@@ -62,6 +62,11 @@ def test_predict_prints_top5_with_labels(trained, tmp_path, capsys):
     (tmp_path / "bad.png").write_bytes(b"not an image")
     assert main(["predict", str(tmp_path / "bad.png"), "--model", str(run_dir / "best.keras")]) == 2
     assert "not a readable" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path / "zero.png"), "--model", str(run_dir / "best.keras"), "--top", "20"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 1 + 10  # every class, not more
+    for top in ("-1", "0"):
+        assert main(["predict", str(tmp_path / "zero.png"), "--model", str(run_dir / "best.keras"), "--top", top]) == 2
+        assert f"top={top} must be a whole number >= 1" in capsys.readouterr().err
 
 
 def test_train_from_pretrained_weights_starts_from_them(trained, tmp_path, capsys):
@@ -98,3 +103,5 @@ def test_bad_options_are_reported(capsys):
     assert "Unknown training option" in capsys.readouterr().err
     assert main(["train", "--strategy", "horovod"]) == 2
     assert "strategy='horovod'" in capsys.readouterr().err
+    assert main(["train", "--learning-rate", "-1"]) == 2
+    assert capsys.readouterr().err.strip() == "keras-vit train: error: learning_rate=-1.0 must be in [0, inf)."

@@ -52,8 +52,9 @@ def _evaluate(args):
 
 
 def _predict(args):
-    from keras_vit.training.inference import load_model, predict
+    from keras_vit.training.inference import check_top, load_model, predict
 
+    check_top(args.top)
     missing = [path for path in args.images if not os.path.isfile(path)]
     if missing:
         raise FileNotFoundError(f"No image file {', '.join(missing)}.")

@@ -16,6 +16,8 @@
 """
 
 import dataclasses
+import math
+import numbers
 import os
 import typing
 from typing import Optional, Union
@@ -23,6 +25,31 @@ from typing import Optional, Union
 from keras_vit.applications.configs import VARIANTS
 
 ARCHITECTURE = ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")
+
+# The meaningful values of the numeric fields ("[" / "]": the end is included); None, where a
+# field allows it, is not checked.
+RANGES = {
+    **dict.fromkeys(("batch_size", "accumulation_steps", "epochs", "steps", "image_size", "reference_batch_size",
+                     "shuffle_buffer", "model_parallel_size", "representation_size", *ARCHITECTURE), "[1, inf)"),
+    **dict.fromkeys(("learning_rate", "weight_decay", "clipnorm", "warmup_steps", "checkpoint_every", "seed",
+                     "randaugment_ops", "mixup", "cutmix"), "[0, inf)"),
+    **dict.fromkeys(("momentum", "beta_1", "beta_2", "label_smoothing", "dropout", "attention_dropout", "drop_path"),
+                    "[0, 1)"),
+    "val_fraction": "(0, 1)",
+    "eval_crop": "(0, 1]",
+    "randaugment_factor": "[0, 1]",
+}
+
+
+def check_range(name, value, interval):
+    """Raises a ValueError unless the number `value` of field `name` lies in `interval` ("[0, 1)")."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name}={value!r} must be a number in {interval}.")
+    low, high = (float(end) for end in interval[1:-1].split(","))
+    above = value >= low if interval[0] == "[" else value > low
+    below = value <= high if interval[-1] == "]" else value < high
+    if not (above and below and not math.isnan(value)):
+        raise ValueError(f"{name}={value!r} must be in {interval}.")
 
 
 @dataclasses.dataclass
@@ -36,7 +63,7 @@ class TrainConfig:
     download: bool = True
     train_split: Optional[str] = None
     val_split: Optional[str] = None
-    val_fraction: float = 0.1
+    val_fraction: Optional[float] = None
     on_corrupt: str = "skip"
     image_size: int = 224
     crop_area: tuple = (0.05, 1.0)
@@ -102,11 +129,9 @@ class TrainConfig:
             missing = [f for f in ARCHITECTURE if getattr(self, f) is None]
             if missing:
                 raise ValueError(f"model='custom' needs {', '.join(missing)}.")
-        for name in ("batch_size", "accumulation_steps", "epochs", "image_size", "reference_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1.")
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"steps={self.steps} must be >= 1 (or None to train `epochs` epochs).")
+        for name, interval in RANGES.items():
+            if getattr(self, name) is not None:
+                check_range(name, getattr(self, name), interval)
         if self.batch_size % self.accumulation_steps:
             raise ValueError(
                 f"batch_size={self.batch_size} (per optimizer step) must be divisible by "
@@ -114,8 +139,6 @@ class TrainConfig:
             )
         if self.on_corrupt not in ("skip", "error"):
             raise ValueError(f"on_corrupt={self.on_corrupt!r}; expected 'skip' or 'error'.")
-        if self.checkpoint_every < 0:
-            raise ValueError(f"checkpoint_every={self.checkpoint_every} must be >= 0 (0: every epoch).")
 
     @property
     def micro_batch_size(self):
@@ -282,7 +305,7 @@ FIELD_HELP = {
     "download": "download and prepare a missing tensorflow-datasets dataset",
     "train_split": "training split (tfds slicing allowed, e.g. train[:90%%]); default train",
     "val_split": "validation split; default validation, else test, else a held-out part of train",
-    "val_fraction": "fraction of the training data held out when there is no validation split",
+    "val_fraction": "fraction of the training data held out when there is no validation split (default 0.2 for digits, else 0.1)",
     "on_corrupt": "unreadable images in a folder: skip (with a warning) or error",
     "image_size": "training / evaluation resolution (square)",
     "crop_area": "inception crop: min,max fraction of the image area",
