@@ -40,6 +40,14 @@ def test_train_reports_metrics_and_where_the_model_is(trained):
         assert os.path.exists(run_dir / name), name
 
 
+def test_resume_with_other_settings_names_the_command_line_way_out(trained, capsys):
+    run_dir, _ = trained
+    assert main(["train", "--output-dir", str(run_dir), *TINY_FLAGS, "--batch-size", "32"]) == 2
+    error = capsys.readouterr().err
+    assert "different settings (batch_size: 64 -> 32)" in error and error.count("\n") == 1
+    assert "--fresh" in error and "--output-dir" in error and "resume=False" not in error
+
+
 def test_evaluate_matches_training(trained, capsys):
     run_dir, output = trained
     top1 = re.search(r"Validation top-1 (0\.\d{4})", output).group(1)

@@ -21,6 +21,7 @@ def _config_from_args(args):
 
 def _train(args):
     from keras_vit.training import TrainingDiverged, train
+    from keras_vit.training.checkpointing import SettingsChanged
 
     config = _config_from_args(args)
     try:
@@ -28,6 +29,9 @@ def _train(args):
     except TrainingDiverged as error:
         print(f"keras-vit train: {error}", file=sys.stderr)
         return 3
+    except SettingsChanged as error:  # say it in command-line terms
+        restart = "start a new run with another --output-dir (or --fresh to start this one over)"
+        raise SettingsChanged(error.run_dir, error.changes, restart) from None
     if os.environ.get("RANK", "0") != "0":  # torchrun: only rank 0 reports
         return 0
     epoch = f" (epoch {result.best_epoch})" if result.best_epoch else ""
