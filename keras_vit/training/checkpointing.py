@@ -75,7 +75,7 @@ class StopOnNaN(keras.callbacks.Callback):
             return
         self.state.discard_pending()
         if self.state.good_path is None:
-            where = f"No good state was saved before: {self.advice}, then train again to start over."
+            where = f"No good state had been saved yet: {self.advice}, then train again (it starts over)."
         else:
             where = (f"The last good state (step {self.state.good_step}) is {self.state.good_path}: "
                      f"{self.advice}, then train again with the same run directory to resume from it.")

@@ -131,7 +131,9 @@ def _as_rgb_uint8(images, what):
             )
         images = np.round(images * 255.0).astype(np.uint8)
     else:
-        raise ValueError(f"{what} has dtype {images.dtype}; expected integer pixel values 0-255 or float intensities in [0, 1].")
+        raise ValueError(
+            f"{what} has dtype {images.dtype}; expected integer pixel values 0-255 or float intensities in [0, 1]."
+        )
     if images.shape[-1] == 1:
         images = np.repeat(images, 3, axis=-1)
     return images
