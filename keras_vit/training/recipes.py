@@ -16,7 +16,6 @@
 """
 
 import dataclasses
-import math
 import numbers
 import os
 import typing
@@ -48,7 +47,7 @@ def check_range(name, value, interval):
     low, high = (float(end) for end in interval[1:-1].split(","))
     above = value >= low if interval[0] == "[" else value > low
     below = value <= high if interval[-1] == "]" else value < high
-    if not (above and below and not math.isnan(value)):
+    if not (above and below):  # NaN is neither
         raise ValueError(f"{name}={value!r} must be in {interval}.")
 
 
