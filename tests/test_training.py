@@ -1,13 +1,18 @@
 """`keras_vit.training.train` end to end on tiny models: accuracy, bf16, resume, NaN, accumulation."""
 
 import json
+import math
 import os
+import re
+import subprocess
+import sys
 
 import keras
 import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit import files
 from keras_vit.training import TrainingDiverged, optim, recipe, train
 from training_helpers import jax_compilation_cache  # noqa: F401 (autouse fixture)
 
@@ -123,16 +128,72 @@ def test_resume_after_crashes_at_an_epoch_end_and_mid_epoch(tmp_path):
     with open(os.path.join(result.run_dir, "log.csv")) as handle:
         epochs = [line.split(",")[0] for line in handle.read().strip().splitlines()[1:]]
     assert epochs == ["0", "1", "2"]
-    with pytest.raises(ValueError, match="different settings.*batch_size"):
+    with pytest.raises(ValueError, match=r"different settings.*batch_size.*\(or resume=False\)\.$"):
         train(config.replace(batch_size=32), data=data)
 
 
 def test_nan_loss_stops_with_a_clear_message(tmp_path):
     config = _config(tmp_path, epochs=2, depth=1, optimizer="sgd", learning_rate=1e12, clipnorm=None, momentum=0.0, warmup_steps=0)
-    with pytest.raises(TrainingDiverged, match="loss became (nan|inf).*learning rate"):
+    expected = "loss became (nan|inf).*No good state had been saved yet.*learning rate"
+    with pytest.raises(TrainingDiverged, match=expected) as error:
         train(config, data=_small_digits())
+    assert "checkpoint" not in str(error.value)  # names no folder that does not exist
     state = os.path.join(config.run_dir, "checkpoint", "state.json")
     assert not os.path.exists(state)  # no diverged state was saved
+
+
+def _finite_weights_file(path):
+    import h5py
+
+    arrays = []
+    with h5py.File(path, "r") as handle:
+        handle.visititems(lambda name, item: arrays.append(item[()]) if isinstance(item, h5py.Dataset) else None)
+    return bool(arrays) and all(np.isfinite(a).all() for a in arrays if np.issubdtype(np.asarray(a).dtype, np.floating))
+
+
+def test_after_a_nan_a_sane_rerun_resumes_from_the_last_finite_state(tmp_path):
+    """A state becomes the one to resume from only once a finite loss was computed from its weights."""
+    data = _small_digits()
+    sane = _config(tmp_path, epochs=3, depth=1, val_fraction=0.2, warmup_steps=0)  # AdamW, lr 0.01
+    with pytest.raises(KeyboardInterrupt):  # epoch 1 trained and saved (step 5), then killed
+        train(sane, data=data, callbacks=[Recorder(crash_after_epoch=0)])
+    # resumed with a wild learning rate, saving every step: step 6's update blows the weights up,
+    # step 7's loss is NaN; the state saved after step 6 never gave a finite loss
+    with pytest.raises(TrainingDiverged, match="loss became nan at epoch 2, batch 2") as error:
+        train(sane.replace(learning_rate=1e30, checkpoint_every=1), data=data)
+    named = re.search(r"The last good state \(step 5\) is (\S+\.weights\.h5):", str(error.value)).group(1)
+    assert os.path.isfile(named) and _finite_weights_file(named)
+    assert sorted(os.listdir(os.path.dirname(named))) == ["state.json", "step-5.weights.h5"]
+    result = train(sane, data=data)  # a sane learning rate again: resumes and trains
+    assert result.resumed_from == 5 and result.steps == 3 * STEPS_PER_EPOCH
+    assert np.isfinite(result.history["loss"] + result.history["val_loss"]).all()
+    assert result.history["loss"][-1] < result.history["loss"][0]  # and it learns
+
+
+def test_run_folder_files_have_normal_permissions_and_no_leftovers(tmp_path):
+    config = _config(tmp_path, epochs=1, depth=1, val_fraction=0.2, checkpoint_every=2)
+    checkpoint = os.path.join(config.run_dir, "checkpoint")
+    os.makedirs(checkpoint)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = [  # what a run killed while saving leaves behind
+        os.path.join(checkpoint, f"{files.TMP_PREFIX}{int(dead.stdout)}-abcd1234.step-4.weights.h5"),
+        os.path.join(config.run_dir, f"{files.TMP_PREFIX}{int(dead.stdout)}-abcd1234.best.keras"),
+        os.path.join(checkpoint, "step-4.weights.h5"),  # saved, but killed before any loss confirmed it
+    ]
+    for path in stale:
+        open(path, "w").close()
+    old = os.umask(0o022)
+    try:
+        train(config, data=_small_digits())
+    finally:
+        os.umask(old)
+    assert sorted(os.listdir(checkpoint)) == ["state.json", "step-5.weights.h5"]
+    written = ["best.keras", "checkpoint", "classes.json", "config.json", "final.keras", "log.csv"]
+    assert sorted(os.listdir(config.run_dir)) == written
+    for root, folders, names in os.walk(config.run_dir):
+        assert oct(os.stat(root).st_mode & 0o777) == oct(0o755), root
+        for name in names:
+            assert oct(os.stat(os.path.join(root, name)).st_mode & 0o777) == oct(0o644), name
 
 
 def test_gradient_accumulation_equals_one_large_batch(rng):
@@ -158,3 +219,31 @@ def test_gradient_accumulation_equals_one_large_batch(rng):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
     # not trivially equal: every weight moved far more than the tolerance
     assert min(np.max(np.abs(a - b)) for a, b in zip(big, initial)) > 1e-4
+
+
+class UpdateLearningRates(keras.callbacks.Callback):
+    """The learning rate of each optimizer update: read before the micro-batch that completes it."""
+
+    def __init__(self, accumulation):
+        super().__init__()
+        self.accumulation, self.micro_batches, self.rates = accumulation, 0, []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.micro_batches += 1
+        if self.micro_batches % self.accumulation == 0:
+            self.rates.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+
+def test_accumulation_follows_the_learning_rate_curve_of_one_large_batch(tmp_path):
+    """Global batch 64 in one step or in 4 micro-batches of 16: the same warm-up + cosine curve,
+    update by update (10 updates: 3 of warm-up, 7 of cosine decay)."""
+    peak, warmup, updates = TINY["learning_rate"], 3, 2 * STEPS_PER_EPOCH
+    expected = [peak * (n + 1) / warmup for n in range(warmup)]
+    expected += [0.5 * peak * (1 + math.cos(math.pi * (n - warmup) / (updates - warmup))) for n in range(warmup, updates)]
+    for accumulation in (1, 4):
+        recorder = UpdateLearningRates(accumulation)
+        config = _config(tmp_path / str(accumulation), epochs=2, depth=1, warmup_steps=warmup, val_fraction=0.2,
+                         accumulation_steps=accumulation)
+        result = train(config, data=_small_digits(), callbacks=[recorder])
+        assert result.steps == updates * accumulation
+        np.testing.assert_allclose(recorder.rates, expected, rtol=1e-5, atol=1e-9, err_msg=f"accumulation {accumulation}")

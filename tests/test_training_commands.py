@@ -40,6 +40,14 @@ def test_train_reports_metrics_and_where_the_model_is(trained):
         assert os.path.exists(run_dir / name), name
 
 
+def test_resume_with_other_settings_names_the_command_line_way_out(trained, capsys):
+    run_dir, _ = trained
+    assert main(["train", "--output-dir", str(run_dir), *TINY_FLAGS, "--batch-size", "32"]) == 2
+    error = capsys.readouterr().err
+    assert "different settings (batch_size: 64 -> 32)" in error and error.count("\n") == 1
+    assert "--fresh" in error and "--output-dir" in error and "resume=False" not in error
+
+
 def test_evaluate_matches_training(trained, capsys):
     run_dir, output = trained
     top1 = re.search(r"Validation top-1 (0\.\d{4})", output).group(1)
@@ -62,6 +70,11 @@ def test_predict_prints_top5_with_labels(trained, tmp_path, capsys):
     (tmp_path / "bad.png").write_bytes(b"not an image")
     assert main(["predict", str(tmp_path / "bad.png"), "--model", str(run_dir / "best.keras")]) == 2
     assert "not a readable" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path / "zero.png"), "--model", str(run_dir / "best.keras"), "--top", "20"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 1 + 10  # every class, not more
+    for top in ("-1", "0"):
+        assert main(["predict", str(tmp_path / "zero.png"), "--model", str(run_dir / "best.keras"), "--top", top]) == 2
+        assert f"top={top} must be a whole number >= 1" in capsys.readouterr().err
 
 
 def test_train_from_pretrained_weights_starts_from_them(trained, tmp_path, capsys):
@@ -99,3 +112,5 @@ def test_bad_options_are_reported(capsys):
     with pytest.raises(SystemExit) as exit:  # a choice argparse checks before anything is imported
         main(["train", "--strategy", "horovod"])
     assert exit.value.code == 2 and "invalid choice: 'horovod'" in capsys.readouterr().err
+    assert main(["train", "--learning-rate", "-1"]) == 2
+    assert capsys.readouterr().err.strip() == "keras-vit train: error: learning_rate=-1.0 must be in [0, inf)."

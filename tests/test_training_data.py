@@ -38,6 +38,12 @@ def test_digits_source_is_sklearn_digits_as_rgb():
     assert np.all(np.bincount(val_labels, minlength=10) >= 30)
 
 
+def test_digits_honour_val_fraction():
+    source = data.load_source("digits", val_fraction=0.5)
+    assert source.train_size + source.validation_size == 1797
+    assert abs(source.validation_size - 1797 / 2) <= 10
+
+
 def test_arrays_hold_out_a_stratified_validation_part(rng):
     x = rng.integers(0, 256, (100, 6, 6), dtype=np.uint8)  # grey, no channel axis
     y = np.repeat(np.arange(4), 25)
@@ -47,8 +53,31 @@ def test_arrays_hold_out_a_stratified_validation_part(rng):
     assert image.shape == (6, 6, 3)
     with pytest.raises(ValueError, match="labels for"):
         data.load_source((x, y[:-1]))
-    with pytest.raises(ValueError, match="outside \\[0, 255\\]"):
-        data.load_source((x.astype("float32") - 300, y))
+    with pytest.raises(ValueError, match="integer images must be 0-255 pixel values"):
+        data.load_source((x.astype("int16") - 300, y))
+
+
+def _pixels(source):
+    return np.concatenate([x.numpy() for x, _ in source.train.batch(64)])
+
+
+def test_array_images_integer_pixels_or_float_intensities(rng):
+    """Integer arrays are 0-255 pixel values, float arrays intensities in [0, 1]; by dtype, no guessing."""
+    pixels = rng.integers(0, 256, (20, 4, 4, 3), dtype=np.uint8)
+    y = np.arange(20) % 2
+
+    def load(x):
+        return _pixels(data.load_source(((x, y), (x[:2], y[:2]))))
+
+    for x in (pixels, pixels.astype("int64"), pixels / 255.0, (pixels / 255.0).astype("float32")):
+        np.testing.assert_array_equal(load(x), pixels, err_msg=str(x.dtype))
+    assert load(pixels[..., 0] / 255.0).shape == (20, 4, 4, 3)  # grey, float
+    with pytest.raises(ValueError, match=r"float images must be intensities in \[0, 1\].*astype\('uint8'\)"):
+        load(pixels.astype("float32"))  # 0-255 as floats: refused, not rounded or guessed
+    with pytest.raises(ValueError, match=r"values in \[nan, nan\]"):
+        load(np.full((20, 4, 4, 3), np.nan))
+    with pytest.raises(ValueError, match="dtype bool; expected integer pixel values 0-255 or float"):
+        load(pixels > 128)
 
 
 def test_npz_with_validation_arrays(tmp_path, rng):

@@ -58,6 +58,37 @@ def test_config_validation():
     assert arch["depth"] == 2 and arch["hidden_dim"] == 768
 
 
+@pytest.mark.parametrize(
+    "field, bad, good",
+    [
+        ("learning_rate", -1.0, 0.0),  # 0: keep the initial weights (a check)
+        ("learning_rate", float("nan"), 1.0),
+        ("val_fraction", 1.0, 0.5),
+        ("val_fraction", 0.0, None),
+        ("warmup_steps", -1, 0),
+        ("momentum", 1.5, 0.0),
+        ("label_smoothing", 1.0, 0.0),
+        ("drop_path", -0.1, 0.9),
+        ("eval_crop", 0.0, 1.0),
+        ("weight_decay", -0.05, 0.0),
+        ("clipnorm", -1.0, None),
+        ("batch_size", 0, 1),
+        ("steps", 0, None),
+        ("checkpoint_every", -1, 0),
+        ("seed", -1, 0),
+        ("hidden_dim", 0, 8),
+    ],
+)
+def test_meaningless_values_are_refused_for_python_and_command_line(field, bad, good):
+    with pytest.raises(ValueError, match=rf"^{field}=.* must be in [\[(].*[\])]\.$"):
+        recipe("digits", **{field: bad})
+    with pytest.raises(ValueError, match=rf"^{field}="):
+        recipe("digits").override([f"{field}={bad}"])
+    assert getattr(recipe("digits", **{field: good}), field) == good
+    with pytest.raises(ValueError, match="learning_rate='fast' must be a number"):
+        recipe("digits", learning_rate="fast")
+
+
 def test_steps_per_epoch_and_epochs():
     config = recipe("digits", batch_size=64)
     assert schedule_steps(config, 1438) == (22, 40)
@@ -81,6 +112,17 @@ def test_warmup_cosine_schedule_values():
     assert float(clone(42)) == pytest.approx(lr[42])
     with pytest.raises(ValueError, match="warmup_steps"):
         optim.WarmupSchedule(0.1, 10, 20)
+
+
+def test_schedule_under_accumulation_counts_optimizer_updates():
+    schedule = optim.WarmupSchedule(0.1, total_steps=10, warmup_steps=3)
+    optimizer = optim.build_optimizer("sgd", schedule, accumulation_steps=4)
+    per_update = optimizer._learning_rate
+    # update n is applied at Keras' micro-batch counter 4n + 3
+    assert [float(per_update(4 * n + 3)) for n in range(10)] == pytest.approx([float(schedule(n)) for n in range(10)])
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(per_update))
+    assert float(clone(4 * 5 + 3)) == pytest.approx(float(schedule(5)))
+    assert optim.build_optimizer("sgd", schedule)._learning_rate is schedule
 
 
 def test_learning_rate_scaling():

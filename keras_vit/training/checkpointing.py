@@ -6,8 +6,12 @@ A run directory holds:
     checkpoint/step-<N>.weights.h5   model + optimizer variables after N training steps
     best.keras                       the model (softmax output) of the best epoch so far
 
-Each save writes a new weights file, then replaces `state.json` (an atomic rename) to point
-at it, then deletes the previous file: a crash at any moment leaves a consistent state.
+Each save writes a new weights file; it becomes the state to resume from (`state.json`
+replaced by an atomic rename to point at it, the previous file deleted) only once a finite
+loss was computed from its weights: the validation loss of the epoch end it was saved at, or
+the next training batch's loss. A crash at any moment leaves a consistent, finite state; a
+NaN never makes a diverged state the one to resume from. Leftovers of a killed save are
+removed when the next run starts (`RunState.tidy`).
 "Step" counts `model.fit` steps (micro-batches when accumulating gradients); the epoch and the
 position in the input stream follow from it.
 """
@@ -15,11 +19,12 @@ position in the input stream follow from it.
 import json
 import math
 import os
+import re
 
 import keras
 import numpy as np
 
-from keras_vit.files import atomic_path
+from keras_vit.files import atomic_path, remove_stale
 
 STATE = "state.json"
 
@@ -52,30 +57,59 @@ def read_state(directory):
 
 
 class StopOnNaN(keras.callbacks.Callback):
-    """Stops training with `TrainingDiverged` as soon as the loss is not finite."""
+    """Stops training with `TrainingDiverged` as soon as the loss is not finite; the message
+    names the last good state of `state` (a `RunState`) and gives `advice`."""
 
-    def __init__(self, hint=""):
+    def __init__(self, state, advice=""):
         super().__init__()
-        self.hint = hint
+        self.state = state
+        self.advice = advice
         self.epoch = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(float(np.asarray(loss))):
-            raise TrainingDiverged(
-                f"The training loss became {float(np.asarray(loss))} at epoch {self.epoch + 1}, "
-                f"batch {batch + 1}; training stopped. {self.hint}"
-            )
+        loss = _number((logs or {}).get("loss"))
+        if _finite(loss):
+            return
+        self.state.discard_pending()
+        if self.state.good_path is None:
+            where = f"No good state had been saved yet: {self.advice}, then train again (it starts over)."
+        else:
+            where = (f"The last good state (step {self.state.good_step}) is {self.state.good_path}: "
+                     f"{self.advice}, then train again with the same run directory to resume from it.")
+        raise TrainingDiverged(
+            f"The training loss became {loss} at epoch {self.epoch + 1}, batch {batch + 1}; training stopped. {where}"
+        )
+
+
+def _number(value):
+    return None if value is None else float(np.asarray(value))
+
+
+def _finite(value):
+    return value is None or math.isfinite(value)
+
+
+class SettingsChanged(ValueError):
+    """The run directory holds a run with other settings; `restart` says how to start anew."""
+
+    def __init__(self, run_dir, changes, restart="start a new run with another output_dir (or resume=False)"):
+        self.run_dir, self.changes = run_dir, changes
+        details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
+        super().__init__(
+            f"{run_dir} holds a run with different settings ({details}); resume it with the same settings, or {restart}."
+        )
 
 
 class RunState(keras.callbacks.Callback):
     """Saves model + optimizer + step every `every_steps` steps (0: only at epoch ends) and the
-    best `inference_model` by `monitor`; `restore` loads the latest state into a model.
+    best `inference_model` by `monitor`; `restore` loads the latest good state into a model.
 
-    `write=False` (processes other than the chief) keeps count but writes nothing.
+    A save is pending until a finite loss computed from its weights makes it the good state
+    (see the module docstring). `write=False` (processes other than the chief) keeps count
+    but writes nothing.
     """
 
     def __init__(self, run_dir, inference_model, *, every_steps=0, monitor="val_accuracy", fingerprint=None, write=True):
@@ -91,11 +125,32 @@ class RunState(keras.callbacks.Callback):
         self.step = 0
         self.best = None
         self.best_epoch = None
-        self._last_loss = None
+        self.good = None  # (file name, step) of the state to resume from
+        self.pending = None  # (file name, step) saved, no loss computed from it yet
 
     @property
     def best_path(self):
         return os.path.join(self.run_dir, "best.keras")
+
+    @property
+    def good_path(self):
+        return None if self.good is None else os.path.join(self.directory, self.good[0])
+
+    @property
+    def good_step(self):
+        return None if self.good is None else self.good[1]
+
+    def tidy(self):
+        """Removes what a killed run left: temporary files, and saved states never confirmed."""
+        if not self.write:
+            return
+        remove_stale(self.run_dir)
+        remove_stale(self.directory)
+        state = read_state(self.directory) or {}
+        if os.path.isdir(self.directory):
+            for name in os.listdir(self.directory):
+                if re.fullmatch(r"step-\d+\.weights\.h5", name) and name != state.get("weights"):
+                    os.remove(os.path.join(self.directory, name))
 
     def restore(self, model):
         """Loads the saved state into `model` (compiled); returns the step it continues from."""
@@ -105,15 +160,12 @@ class RunState(keras.callbacks.Callback):
         saved = state.get("fingerprint", {})
         changed = {k: (saved[k], v) for k, v in self.fingerprint.items() if k in saved and saved[k] != v}
         if changed:
-            details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
-            raise ValueError(
-                f"{self.run_dir} holds a run with different settings ({details}); resume it with "
-                "the same settings, or start a new run with another output_dir (or resume=False)."
-            )
+            raise SettingsChanged(self.run_dir, changed)
         if not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
         model.load_weights(os.path.join(self.directory, state["weights"]))
         self.step = int(state["step"])
+        self.good = (state["weights"], self.step)
         self.best, self.best_epoch = state.get("best"), state.get("best_epoch")
         return self.step
 
@@ -124,45 +176,56 @@ class RunState(keras.callbacks.Callback):
             return True
         return value > self.best if self.mode == "max" else value < self.best
 
-    def save(self):
-        if not self.write:
-            return
-        os.makedirs(self.directory, exist_ok=True)
-        previous = read_state(self.directory)
+    def _save(self):
+        """Writes the weights of this step as the pending state."""
         name = f"step-{self.step}.weights.h5"
-        if previous is not None and previous["weights"] == name:
+        if any(saved is not None and saved[0] == name for saved in (self.pending, self.good)):
             return
-        with atomic_path(os.path.join(self.directory, name)) as tmp:
-            self.model.save_weights(tmp)
-        state = {
-            "step": self.step,
-            "weights": name,
-            "best": self.best,
-            "best_epoch": self.best_epoch,
-            "fingerprint": self.fingerprint,
-        }
-        write_json(os.path.join(self.directory, STATE), state)
-        if previous is not None:
-            old = os.path.join(self.directory, previous["weights"])
-            if os.path.exists(old):
-                os.remove(old)
+        self.discard_pending()
+        if self.write:
+            os.makedirs(self.directory, exist_ok=True)
+            with atomic_path(os.path.join(self.directory, name)) as tmp:
+                self.model.save_weights(tmp)
+        self.pending = (name, self.step)
+
+    def _confirm(self):
+        """A finite loss came from the pending weights: they become the state to resume from."""
+        if self.pending is None:
+            return
+        name, step = self.pending
+        if self.write:
+            previous = read_state(self.directory)
+            state = {"step": step, "weights": name, "best": self.best, "best_epoch": self.best_epoch,
+                     "fingerprint": self.fingerprint}
+            write_json(os.path.join(self.directory, STATE), state)
+            if previous is not None and previous["weights"] != name:
+                old = os.path.join(self.directory, previous["weights"])
+                if os.path.exists(old):
+                    os.remove(old)
+        self.good, self.pending = self.pending, None
+
+    def discard_pending(self):
+        """Deletes the pending weights (no finite loss came from them)."""
+        if self.pending is not None and self.write:
+            path = os.path.join(self.directory, self.pending[0])
+            if os.path.exists(path):
+                os.remove(path)
+        self.pending = None
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
-        loss = (logs or {}).get("loss")
-        self._last_loss = None if loss is None else float(np.asarray(loss))
-        if self.every_steps and self.step % self.every_steps == 0 and self._finite():
-            self.save()
-
-    def _finite(self):
-        return self._last_loss is None or math.isfinite(self._last_loss)
+        if _finite(_number((logs or {}).get("loss"))):  # computed from the weights of the previous step
+            self._confirm()
+        if self.every_steps and self.step % self.every_steps == 0:
+            self._save()
 
     def on_epoch_end(self, epoch, logs=None):
-        value = (logs or {}).get(self.monitor)
-        value = None if value is None else float(np.asarray(value))
-        if self._improved(value):
-            self.best, self.best_epoch = value, epoch + 1
+        logs = logs or {}
+        val_loss = _number(logs.get("val_loss"))
+        if _finite(val_loss) and self._improved(_number(logs.get(self.monitor))):
+            self.best, self.best_epoch = _number(logs.get(self.monitor)), epoch + 1
             if self.write:
                 save_model_atomic(self.inference_model, self.best_path)
-        if self._finite():
-            self.save()
+        self._save()
+        if val_loss is not None and math.isfinite(val_loss):  # computed from the weights just saved
+            self._confirm()

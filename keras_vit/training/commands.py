@@ -27,12 +27,16 @@ def _config_from_args(args):
 def _train(args):
     config = _config_from_args(args)
     from keras_vit.training import TrainingDiverged, train
+    from keras_vit.training.checkpointing import SettingsChanged
 
     try:
         result = train(config, resume=not args.fresh)
     except TrainingDiverged as error:
         print(f"keras-vit train: {error}", file=sys.stderr)
         return 3
+    except SettingsChanged as error:  # say it in command-line terms
+        restart = "start a new run with another --output-dir (or --fresh to start this one over)"
+        raise SettingsChanged(error.run_dir, error.changes, restart) from None
     if os.environ.get("RANK", "0") != "0":  # torchrun: only rank 0 reports
         return 0
     epoch = f" (epoch {result.best_epoch})" if result.best_epoch else ""
@@ -78,8 +82,9 @@ def _evaluate(args):
 
 
 def _predict(args):
-    from keras_vit.training.inference import load_model, predict
+    from keras_vit.training.inference import check_top, load_model, predict
 
+    check_top(args.top)
     missing = [path for path in args.images if not os.path.isfile(path)]
     if missing:
         raise FileNotFoundError(f"No image file {', '.join(missing)}.")

@@ -10,7 +10,9 @@ Four kinds of source, chosen by `load_source(data, ...)`:
   reading manual downloads from `manual_dir`.
 - a folder with one sub-folder of images per class (or `train/` and `val/` folders of those).
 - NumPy arrays `(x, y)` or `((x_train, y_train), (x_val, y_val))`, or an `.npz` file with
-  `x_train, y_train` and optionally `x_val, y_val` (or `x_test, y_test`).
+  `x_train, y_train` and optionally `x_val, y_val` (or `x_test, y_test`). The dtype says
+  what the images hold: integer arrays are 0-255 pixel values, float arrays intensities in
+  [0, 1] (scaled by 255 and rounded to uint8); anything else is refused.
 
 Images of the folder source are decoded in the pipeline (`Source.decode`), the others are
 already pixels.
@@ -26,6 +28,8 @@ import numpy as np
 import tensorflow as tf
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+VAL_FRACTION = 0.1  # held out by default where there is no validation split (digits: 0.2)
+DIGITS_VAL_FRACTION = 0.2
 VALIDATION_FOLDERS = ("val", "validation", "test")
 # Signature -> end marker found in the last _TAIL bytes of a complete file (BMP: a size field).
 _MAGIC = {b"\xff\xd8\xff": b"\xff\xd9", b"\x89PNG\r\n\x1a\n": b"IEND", b"GIF87a": b";", b"GIF89a": b";", b"BM": None}
@@ -61,7 +65,7 @@ def load_source(
     download=True,
     train_split=None,
     val_split=None,
-    val_fraction=0.1,
+    val_fraction=None,
     on_corrupt="skip",
     seed=0,
 ):
@@ -70,9 +74,11 @@ def load_source(
     `train_split` / `val_split` pick tensorflow-datasets splits (with slicing, e.g.
     `"train[:90%]"`); by default the train split and "validation" (else "test"). Sources
     without a validation split hold out `val_fraction` of the training examples (a fixed,
-    class-stratified draw with `seed`). `on_corrupt` ("skip" or "error") is what an image
-    folder does with a file that is not a readable image.
+    class-stratified draw with `seed`; None: 0.2 for digits, else 0.1). `on_corrupt`
+    ("skip" or "error") is what an image folder does with a file that is not a readable image.
     """
+    if val_fraction is None:
+        val_fraction = DIGITS_VAL_FRACTION if isinstance(data, str) and data == "digits" else VAL_FRACTION
     if isinstance(data, (tuple, list)):
         return from_arrays(data, val_fraction=val_fraction, seed=seed)
     if not isinstance(data, (str, os.PathLike)):
@@ -82,7 +88,7 @@ def load_source(
         )
     data = os.fspath(data)
     if data == "digits":
-        return digits(val_fraction=0.2, seed=seed)
+        return digits(val_fraction=val_fraction, seed=seed)
     if data.endswith(".npz"):
         if not os.path.isfile(data):
             raise FileNotFoundError(f"No such .npz file: {data}")
@@ -114,10 +120,22 @@ def _as_rgb_uint8(images, what):
         raise ValueError(
             f"{what} has shape {images.shape}; expected (N, H, W), (N, H, W, 1) or (N, H, W, 3)."
         )
-    if images.dtype != np.uint8:
-        if images.size and (images.min() < 0 or images.max() > 255):
-            raise ValueError(f"{what} has values outside [0, 255]; pass raw pixel values.")
-        images = np.round(images).astype(np.uint8)
+    low, high = (images.min(), images.max()) if images.size else (0, 0)
+    if np.issubdtype(images.dtype, np.integer):
+        if low < 0 or high > 255:
+            raise ValueError(f"{what} has values in [{low}, {high}]; integer images must be 0-255 pixel values.")
+        images = images.astype(np.uint8)
+    elif np.issubdtype(images.dtype, np.floating):
+        if not (0 <= low and high <= 1):  # also refuses NaN
+            raise ValueError(
+                f"{what} is a {images.dtype} array with values in [{low}, {high}]; float images must be "
+                "intensities in [0, 1] (0-255 pixel values: give an integer array, e.g. x.astype('uint8'))."
+            )
+        images = np.round(images * 255.0).astype(np.uint8)
+    else:
+        raise ValueError(
+            f"{what} has dtype {images.dtype}; expected integer pixel values 0-255 or float intensities in [0, 1]."
+        )
     if images.shape[-1] == 1:
         images = np.repeat(images, 3, axis=-1)
     return images
@@ -159,7 +177,7 @@ def _array_source(name, train, validation, class_names=None):
     )
 
 
-def from_arrays(data, *, val_fraction=0.1, seed=0, name="arrays", class_names=None):
+def from_arrays(data, *, val_fraction=VAL_FRACTION, seed=0, name="arrays", class_names=None):
     """A `Source` from `(x, y)` (a validation part is held out) or `((x, y), (x_val, y_val))`."""
     if len(data) == 2 and all(isinstance(part, (tuple, list)) and len(part) == 2 for part in data):
         (x, y), (x_val, y_val) = data
@@ -175,7 +193,7 @@ def from_arrays(data, *, val_fraction=0.1, seed=0, name="arrays", class_names=No
     return _array_source(name, (x, y), (x_val, y_val), class_names)
 
 
-def from_npz(path, *, val_fraction=0.1, seed=0):
+def from_npz(path, *, val_fraction=VAL_FRACTION, seed=0):
     """A `Source` from an `.npz` with `x_train, y_train` [+ `x_val, y_val` or `x_test, y_test`]."""
     with np.load(path) as archive:
         keys = set(archive.files)
@@ -192,8 +210,9 @@ def from_npz(path, *, val_fraction=0.1, seed=0):
     return from_arrays(data, val_fraction=val_fraction, seed=seed, name=path, class_names=names)
 
 
-def digits(val_fraction=0.2, seed=0):
-    """scikit-learn's 1797 handwritten digits (8x8, 0-16) as 0-255 RGB, 80/20 stratified split."""
+def digits(val_fraction=DIGITS_VAL_FRACTION, seed=0):
+    """scikit-learn's 1797 handwritten digits (8x8, 0-16) as 0-255 RGB, `val_fraction` held out
+    (stratified)."""
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
@@ -261,7 +280,7 @@ def decode_image_file(path, label):
     return tf.ensure_shape(image, [None, None, 3]), label
 
 
-def from_folder(root, *, val_fraction=0.1, on_corrupt="skip", seed=0):
+def from_folder(root, *, val_fraction=VAL_FRACTION, on_corrupt="skip", seed=0):
     """A `Source` from `root/CLASS/*.jpg` (validation held out) or `root/{train,val}/CLASS/*`.
 
     Files that do not start with a JPEG, PNG, GIF or BMP signature, or are truncated (no end
@@ -359,7 +378,7 @@ def from_tfds(
     download=True,
     train_split=None,
     val_split=None,
-    val_fraction=0.1,
+    val_fraction=VAL_FRACTION,
     seed=0,
 ):
     """A `Source` from a tensorflow-datasets image-classification dataset."""

@@ -94,8 +94,15 @@ def load_images(paths, image_size, crop_fraction=1.0):
     return np.stack(images)
 
 
+def check_top(top):
+    """Raises a ValueError unless `top` (classes listed per image) is a whole number >= 1."""
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
+        raise ValueError(f"top={top!r} must be a whole number >= 1 (classes listed per image; all of them at most).")
+
+
 def predict(model, paths, *, class_names=None, top=5, crop_fraction=1.0):
-    """For each image file, the `top` classes as `(index, name, probability)`."""
+    """For each image file, the `top` classes (all of them at most) as `(index, name, probability)`."""
+    check_top(top)
     probs = keras.ops.convert_to_numpy(model.predict(load_images(paths, _image_size(model), crop_fraction), verbose=0))
     if not ends_with_softmax(model):
         probs = keras.ops.convert_to_numpy(keras.ops.softmax(probs, axis=-1))

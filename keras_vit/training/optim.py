@@ -56,6 +56,33 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PerUpdate(keras.optimizers.schedules.LearningRateSchedule):
+    """`schedule` indexed by optimizer update while Keras counts micro-batches.
+
+    With gradient accumulation over `k` micro-batches, Keras calls the schedule with its
+    micro-batch counter; update `n` (from 0) is applied at counter `n * k + k - 1`, which
+    integer division by `k` maps back to `n`.
+    """
+
+    def __init__(self, schedule, accumulation_steps):
+        self.schedule = schedule
+        self.accumulation_steps = int(accumulation_steps)
+
+    def __call__(self, step):
+        return self.schedule(ops.floor_divide(step, self.accumulation_steps))
+
+    def get_config(self):
+        return {
+            "schedule": keras.saving.serialize_keras_object(self.schedule),
+            "accumulation_steps": self.accumulation_steps,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(keras.saving.deserialize_keras_object(config["schedule"]), config["accumulation_steps"])
+
+
 def scaled_learning_rate(learning_rate, batch_size, reference_batch_size, scaling="none"):
     """`learning_rate` (tuned at `reference_batch_size`) for a global `batch_size`."""
     if scaling not in LR_SCALINGS:
@@ -76,7 +103,8 @@ def build_optimizer(
     accumulation_steps=1,
     lr_scales=None,
 ):
-    """A Keras optimizer; `clipnorm` clips the global norm; accumulation averages micro-batches.
+    """A Keras optimizer; `clipnorm` clips the global norm; accumulation averages micro-batches
+    (a learning-rate schedule still counts optimizer updates).
 
     `lr_scales` (`{variable path: scale}`, e.g. `layer_decay.layer_scales`) multiplies
     those variables' learning rates (see `keras_vit.training.layer_decay`)."""
@@ -84,6 +112,8 @@ def build_optimizer(
         raise ValueError(f"optimizer={name!r}; expected one of {OPTIMIZERS}.")
     if accumulation_steps < 1:
         raise ValueError(f"accumulation_steps={accumulation_steps} must be >= 1.")
+    if accumulation_steps > 1 and isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+        learning_rate = PerUpdate(learning_rate, accumulation_steps)
     common = dict(
         learning_rate=learning_rate,
         global_clipnorm=clipnorm or None,

@@ -20,6 +20,7 @@
 """
 
 import dataclasses
+import numbers
 import os
 import typing
 from typing import Optional, Union
@@ -75,6 +76,31 @@ def check_masking(rate, split, target, bits):
         raise ValueError(f"color_bits={bits} must be between 1 and 8.")
 
 
+# The meaningful values of the numeric fields ("[" / "]": the end is included); None, where a
+# field allows it, is not checked.
+RANGES = {
+    **dict.fromkeys(("batch_size", "accumulation_steps", "epochs", "steps", "image_size", "reference_batch_size",
+                     "shuffle_buffer", "model_parallel_size", "representation_size", *ARCHITECTURE), "[1, inf)"),
+    **dict.fromkeys(("learning_rate", "weight_decay", "clipnorm", "warmup_steps", "checkpoint_every", "seed",
+                     "randaugment_ops", "mixup", "cutmix"), "[0, inf)"),
+    **dict.fromkeys(("momentum", "beta_1", "beta_2", "label_smoothing", "dropout", "attention_dropout", "drop_path"),
+                    "[0, 1)"),
+    "val_fraction": "(0, 1)",
+    "eval_crop": "(0, 1]",
+    "randaugment_factor": "[0, 1]",
+}
+
+
+def check_range(name, value, interval):
+    """Raises a ValueError unless the number `value` of field `name` lies in `interval` ("[0, 1)")."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name}={value!r} must be a number in {interval}.")
+    low, high = (float(end) for end in interval[1:-1].split(","))
+    above = value >= low if interval[0] == "[" else value > low
+    below = value <= high if interval[-1] == "]" else value < high
+    if not (above and below):  # NaN is neither
+        raise ValueError(f"{name}={value!r} must be in {interval}.")
+
 
 @dataclasses.dataclass
 class TrainConfig:
@@ -87,7 +113,7 @@ class TrainConfig:
     download: bool = True
     train_split: Optional[str] = None
     val_split: Optional[str] = None
-    val_fraction: float = 0.1
+    val_fraction: Optional[float] = None
     on_corrupt: str = "skip"
     image_size: int = 224
     crop_area: tuple = (0.05, 1.0)
@@ -160,11 +186,9 @@ class TrainConfig:
             missing = [f for f in ARCHITECTURE if getattr(self, f) is None]
             if missing:
                 raise ValueError(f"model='custom' needs {', '.join(missing)}.")
-        for name in ("batch_size", "accumulation_steps", "epochs", "image_size", "reference_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1.")
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"steps={self.steps} must be >= 1 (or None to train `epochs` epochs).")
+        for name, interval in RANGES.items():
+            if getattr(self, name) is not None:
+                check_range(name, getattr(self, name), interval)
         if self.batch_size % self.accumulation_steps:
             raise ValueError(
                 f"batch_size={self.batch_size} (per optimizer step) must be divisible by "
@@ -175,8 +199,6 @@ class TrainConfig:
         if self.layer_decay is not None:
             self.layer_decay = check_decay(self.layer_decay)
         check_masking(self.mask_rate, self.mask_split, self.mask_target, self.color_bits)
-        if self.checkpoint_every < 0:
-            raise ValueError(f"checkpoint_every={self.checkpoint_every} must be >= 0 (0: every epoch).")
 
     @property
     def micro_batch_size(self):
@@ -385,7 +407,7 @@ FIELD_HELP = {
     "download": "download and prepare a missing tensorflow-datasets dataset",
     "train_split": "training split (tfds slicing allowed, e.g. train[:90%%]); default train",
     "val_split": "validation split; default validation, else test, else a held-out part of train",
-    "val_fraction": "fraction of the training data held out when there is no validation split",
+    "val_fraction": "fraction of the training data held out when there is no validation split (default 0.2 for digits, else 0.1)",
     "on_corrupt": "unreadable images in a folder: skip (with a warning) or error",
     "image_size": "training / evaluation resolution (square)",
     "crop_area": "inception crop: min,max fraction of the image area",

@@ -147,7 +147,7 @@ def _write_metadata(run_dir, config, source, data):
 
 
 def _callbacks(config, plan, state, extra):
-    callbacks = [checkpointing.StopOnNaN(hint=_nan_hint(config)), state]
+    callbacks = [checkpointing.StopOnNaN(state, advice=_nan_advice(config)), state]
     if plan.is_chief:
         callbacks.append(keras.callbacks.CSVLogger(os.path.join(config.run_dir, "log.csv"), append=True))
         if config.tensorboard and importlib.util.find_spec("tensorboard") is not None:
@@ -157,11 +157,10 @@ def _callbacks(config, plan, state, extra):
     return callbacks + list(extra)
 
 
-def _nan_hint(config):
+def _nan_advice(config):
     return (
-        f"The last good state is in {os.path.join(config.run_dir, 'checkpoint')}: lower the learning "
-        f"rate (now {config.learning_rate}), keep clipnorm on, or use precision='float32' (now "
-        f"{config.precision!r}), then rerun the same command to resume from it."
+        f"lower the learning rate (now {config.learning_rate}), keep clipnorm on, or use "
+        f"precision='float32' (now {config.precision!r})"
     )
 
 
@@ -236,6 +235,7 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
         fingerprint=_fingerprint(config, source),
         write=plan.is_chief,
     )
+    state.tidy()  # what a run killed while saving left behind
     start = state.restore(train_model) if resume else 0
     if plan.is_chief:
         if start == 0 and os.path.exists(os.path.join(config.run_dir, "log.csv")):
