@@ -102,7 +102,7 @@ def test_composes_with_schedule_clipping_and_accumulation(name, rng):
         keras.utils.set_random_seed(1)
         model = randomize(tiny_vit(classifier_activation=None), seed=2)
         lr_scales = None if decay is None else layer_decay.layer_scales(model, decay)
-        schedule = optim.WarmupSchedule(0.05, total_steps=10, warmup_steps=5)
+        schedule = optim.WarmupSchedule(0.1, total_steps=10, warmup_steps=5)
         opt = optim.build_optimizer(
             name, schedule, momentum=0.9, weight_decay=0.05, clipnorm=0.5, accumulation_steps=2, lr_scales=lr_scales
         )
