@@ -2,7 +2,7 @@
 
 from keras_vit.applications.configs import VARIANTS
 from keras_vit.applications.hybrid import R50ViTB16
-from keras_vit.applications.imagenet import decode_predictions, preprocess_input
+from keras_vit.imagenet import decode_predictions, preprocess_input
 from keras_vit.applications.vision_transformer import (
     ViTB16,
     ViTB32,

@@ -11,6 +11,7 @@
 - Hybrid stems plug in through `register_stem(StemLayout(...))` (see `stems`).
 """
 
+from keras_vit.weights import hybrid  # registers the R50 stem layout and its checkpoints
 from keras_vit.weights.canonical import Checkpoint, read_checkpoint
 from keras_vit.weights.download import DownloadError, fetch
 from keras_vit.weights.export import convert_checkpoint, export, model_checkpoint

@@ -19,6 +19,10 @@ import re
 
 from keras_vit.layers.resnet import ORIGINAL_NUMERICS, TIMM_NUMERICS, ResNetV2Stem
 from keras_vit.weights import registry
+from keras_vit.weights.canonical import Checkpoint
+from keras_vit.weights.families import detect_family
+from keras_vit.weights.loader import PretrainedWeights
+from keras_vit.weights.readers import open_checkpoint
 from keras_vit.weights.stems import StemLayout, register_stem
 
 VARIANT = "R50ViTB16"
@@ -150,10 +154,6 @@ def stem_numerics(weights):
     """The stem convention (`ORIGINAL_NUMERICS` or `TIMM_NUMERICS`) of the checkpoint that
     `weights` (a name, a path or `PretrainedWeights`) refers to: timm's for timm files,
     the original's otherwise. Reads only the file's key names."""
-    from keras_vit.weights import Checkpoint, PretrainedWeights
-    from keras_vit.weights.families import detect_family
-    from keras_vit.weights.readers import open_checkpoint
-
     source = weights.source if isinstance(weights, PretrainedWeights) else weights
     if isinstance(source, Checkpoint):
         family = source.family

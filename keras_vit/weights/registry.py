@@ -23,7 +23,8 @@ written, so they are None: such files are checked by parsing them completely ins
 import dataclasses
 import os
 
-from keras_vit.applications.configs import VARIANTS
+from keras_vit.architecture import VARIANTS
+from keras_vit.weights.stems import stem_of_layer
 
 GCS = "https://storage.googleapis.com/vit_models/"
 HUB = "https://huggingface.co/timm/{}/resolve/main/model.safetensors"
@@ -144,14 +145,11 @@ def entries(variant=None):
 
 
 def variant_of(config):
-    """The variant name of a builder config (None for a custom architecture)."""
-    if config.get("stem") is not None:
-        from keras_vit.weights.stems import stem_of_layer
-
-        layout = stem_of_layer(config["stem"])
+    """The variant name of a `ViTConfig` (None for a custom architecture)."""
+    if config.stem is not None:
+        layout = stem_of_layer(config.stem)
         return layout.variant if layout else None
-    keys = ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")
-    return next((name for name, arch in VARIANTS.items() if all(arch[k] == config[k] for k in keys)), None)
+    return next((name for name, arch in VARIANTS.items() if arch == config.architecture), None)
 
 
 def find(name, variant=None):

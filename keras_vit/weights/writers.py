@@ -10,6 +10,7 @@ import zipfile
 
 import numpy as np
 
+from keras_vit.imagenet import imagenet_classes
 from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON
 from keras_vit.weights import stems
 from keras_vit.files import atomic_path
@@ -74,8 +75,6 @@ def hf_config(ckpt, architecture):
     if ckpt.classes:
         labels = [f"LABEL_{i}" for i in range(ckpt.classes)]
         if ckpt.classes == 1000:
-            from keras_vit.applications.imagenet import imagenet_classes
-
             labels = [name for _, name in imagenet_classes()]
         config["id2label"] = {str(i): label for i, label in enumerate(labels)}
         config["label2id"] = {label: i for i, label in enumerate(labels)}
