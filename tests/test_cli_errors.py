@@ -192,7 +192,7 @@ def test_weights_export_refuses_an_existing_path(npz, tmp_path):
     with pytest.raises(FileExistsError, match="already exists; refusing to overwrite"):
         keras_vit.weights.export(model, tmp_path / "hf", format="hf")
     keras_vit.weights.export(model, tmp_path / "hf", format="hf", overwrite=True)
-    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors", "preprocessor_config.json"]
     with pytest.raises(FileExistsError, match="is a file; refusing to replace it by a folder"):
         keras_vit.weights.export(model, npz, format="hf", overwrite=True)
 
