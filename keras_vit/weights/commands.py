@@ -1,11 +1,11 @@
 """`keras-vit list-weights [MODEL]` and `keras-vit convert SRC DST`."""
 
 from keras_vit.weights.export import FORMATS, convert_checkpoint
-from keras_vit.weights.registry import list_weights
+from keras_vit.weights.registry import weights_table
 
 
 def _list(args):
-    list_weights(args.model)
+    print(weights_table(args.model))
 
 
 def _convert(args):

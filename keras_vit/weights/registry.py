@@ -179,20 +179,27 @@ def cache_path(entry):
 
 
 def list_weights(model=None):
-    """Prints the named checkpoints of `model` (e.g. "ViTB16"), or of all models."""
+    """The named checkpoints (`WeightsEntry` records) of `model` (e.g. "ViTB16"), or of all
+    models; `weights_table` formats them as `keras-vit list-weights` prints them."""
     if model is not None and model not in VARIANTS and not entries(model):
         raise ValueError(f"Unknown model {model!r}; available: {', '.join(VARIANTS)}.")
-    rows = entries(model)
+    return entries(model)
+
+
+def weights_table(model=None):
+    """`list_weights(model)` as a text table, each default ('imagenet') marked."""
+    rows = list_weights(model)
+    if not rows:
+        return f"(no named checkpoints for {model})"
     defaults = {(v, _alias_target(v, "imagenet")) for v in {e.variant for e in rows}}
-    print(f"{'model':<9} {'weights':<45} {'res':>4} {'classes':>7} {'pre_logits':>10} {'format':<11} license")
+    lines = [f"{'model':<9} {'weights':<45} {'res':>4} {'classes':>7} {'pre_logits':>10} {'format':<11} license"]
     for e in rows:
         mark = "  (default: 'imagenet')" if (e.variant, e.name) in defaults else ""
-        print(
+        lines.append(
             f"{e.variant:<9} {e.name:<45} {e.resolution:>4} {e.classes or '-':>7} "
             f"{e.representation_size or '-':>10} {e.format:<11} {e.license}{mark}\n{'':<10}{e.url}"
         )
-    if not rows:
-        print(f"(no named checkpoints for {model})")
+    return "\n".join(lines)
 
 
 def _alias_target(variant, alias):
