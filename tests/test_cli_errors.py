@@ -221,7 +221,8 @@ def test_written_files_get_normal_permissions(npz, tmp_path, umask_022):
             path = os.path.join(root, name)
             modes[os.path.relpath(path, out)] = oct(os.stat(path).st_mode & 0o777)
     expected_files = ["a.npz", "b.safetensors", "c.keras", "d.weights.h5", "e.safetensors", "f.npz",
-                      "hf/config.json", "hf/model.safetensors", "g/config.json", "g/model.safetensors"]
+                      "hf/config.json", "hf/model.safetensors", "hf/preprocessor_config.json",
+                      "g/config.json", "g/model.safetensors", "g/preprocessor_config.json"]
     assert modes == {**{k: oct(0o644) for k in expected_files}, "hf": oct(0o755), "g": oct(0o755)}
 
 
