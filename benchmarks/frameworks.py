@@ -13,7 +13,7 @@ NUM_CLASSES = 1000
 LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.05
 
-# The architecture of each variant (as keras_vit.applications.configs, duplicated so that
+# The architecture of each variant (as keras_vit.variants, duplicated so that
 # the reference workers never import keras_vit).
 ARCHITECTURES = {
     "ViTTi16": (16, 192, 12, 3, 768),

@@ -39,7 +39,7 @@ print(base * 1024, peak * 1024, time.time() - start)
 
 def write_npz(path, variant, classes=21843, seed=0):
     """A random checkpoint with the original key names and shapes, written one array at a time."""
-    from keras_vit.applications.configs import VARIANTS
+    from keras_vit.variants import VARIANTS
 
     arch = VARIANTS[variant]
     p, d, h, m = arch["patch_size"], arch["hidden_dim"], arch["num_heads"], arch["mlp_dim"]

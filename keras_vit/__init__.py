@@ -9,7 +9,7 @@ model, so that `--help` and `list-models` start without Keras (and TensorFlow).
 import os
 import sys
 
-from keras_vit.applications.configs import list_models
+from keras_vit.variants import list_models
 from keras_vit.exports import lazy_package
 
 __version__ = "0.1.0"

@@ -192,7 +192,7 @@ def test_weights_export_refuses_an_existing_path(npz, tmp_path):
     with pytest.raises(FileExistsError, match="already exists; refusing to overwrite"):
         keras_vit.weights.export(model, tmp_path / "hf", format="hf")
     keras_vit.weights.export(model, tmp_path / "hf", format="hf", overwrite=True)
-    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors", "preprocessor_config.json"]
     with pytest.raises(FileExistsError, match="is a file; refusing to replace it by a folder"):
         keras_vit.weights.export(model, npz, format="hf", overwrite=True)
 
@@ -221,7 +221,8 @@ def test_written_files_get_normal_permissions(npz, tmp_path, umask_022):
             path = os.path.join(root, name)
             modes[os.path.relpath(path, out)] = oct(os.stat(path).st_mode & 0o777)
     expected_files = ["a.npz", "b.safetensors", "c.keras", "d.weights.h5", "e.safetensors", "f.npz",
-                      "hf/config.json", "hf/model.safetensors", "g/config.json", "g/model.safetensors"]
+                      "hf/config.json", "hf/model.safetensors", "hf/preprocessor_config.json",
+                      "g/config.json", "g/model.safetensors", "g/preprocessor_config.json"]
     assert modes == {**{k: oct(0o644) for k in expected_files}, "hf": oct(0o755), "g": oct(0o755)}
 
 

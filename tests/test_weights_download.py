@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.applications.configs import VARIANTS
+from keras_vit.variants import VARIANTS
 from keras_vit.weights import DownloadError, WeightsEntry, fetch, registry
 from tests.weights_fixtures import TINY, original_npz_params
 
@@ -135,10 +135,15 @@ def test_registry_entries_are_consistent():
     assert registry.find("ViTB32/augreg_in21k").classes == 21843
 
 
-def test_list_weights_prints_the_table(capsys):
+def test_list_weights_returns_records_and_the_command_prints_them(capsys):
     from keras_vit.cli import main
 
-    keras_vit.list_weights("ViTB16")
+    records = keras_vit.list_weights("ViTB16")
+    assert all(isinstance(r, WeightsEntry) and r.variant == "ViTB16" for r in records)
+    assert {"augreg_in21k_ft_in1k_224", "vit_base_patch16_224.augreg2_in21k_ft_in1k"} <= {r.name for r in records}
+    assert {r.variant for r in keras_vit.list_weights()} >= {*VARIANTS, "R50ViTB16"}
+    assert capsys.readouterr().out == ""
+    assert main(["list-weights", "ViTB16"]) == 0
     out = capsys.readouterr().out
     assert "augreg_in21k_ft_in1k_224" in out and "(default: 'imagenet')" in out
     assert "vit_base_patch16_224.augreg2_in21k_ft_in1k" in out and "ViTL16" not in out
@@ -166,3 +171,61 @@ def test_leftovers_of_killed_downloads_are_removed(server, tiny_npz):
         f.write(tiny_npz.read_bytes()[:100])
     fetch(entry)
     assert _leftovers(entry) == ["tiny.npz"]
+
+
+HUB_ENTRY = WeightsEntry(
+    "ViTTest", "tiny_hub", 32, 5, None, "safetensors",
+    "https://huggingface.co/timm/tiny_hub.test/resolve/main/model.safetensors",
+)
+
+
+def _safetensors(path):
+    from safetensors.numpy import save_file
+
+    save_file({"x": np.zeros(2, np.float32)}, str(path))
+    return str(path)
+
+
+def test_hub_files_go_through_the_hugging_face_cache(monkeypatch, tmp_path):
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    calls = []
+
+    def hf_hub_download(**kwargs):
+        calls.append(kwargs)
+        return _safetensors(tmp_path / "hf_cache_copy.safetensors")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
+    monkeypatch.setattr("keras.utils.get_file", lambda **kwargs: pytest.fail("keras.utils.get_file used"))
+    assert fetch(HUB_ENTRY) == str(tmp_path / "hf_cache_copy.safetensors")
+    assert calls == [dict(repo_id="timm/tiny_hub.test", revision="main", filename="model.safetensors")]
+    assert _leftovers(HUB_ENTRY) == []  # nothing copied into KERAS_VIT_HOME
+
+    def corrupt(**kwargs):
+        (tmp_path / "bad").write_bytes(b"not a checkpoint")
+        return str(tmp_path / "bad")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", corrupt)
+    with pytest.raises(ValueError, match="unrecognised checkpoint format.*Hugging Face cache's copy"):
+        fetch(HUB_ENTRY)
+
+    def offline(**kwargs):
+        raise OSError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    with pytest.raises(DownloadError, match=f"no network.*put it at {registry.cache_path(HUB_ENTRY)}"):
+        fetch(HUB_ENTRY)
+
+
+def test_hub_files_without_huggingface_hub_use_keras_get_file(monkeypatch, tmp_path):
+    import sys
+
+    origins = []
+
+    def get_file(fname, origin, cache_dir, cache_subdir):
+        origins.append(origin)
+        return _safetensors(os.path.join(cache_dir, cache_subdir, fname))
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # not importable
+    monkeypatch.setattr("keras.utils.get_file", get_file)
+    assert fetch(HUB_ENTRY) == registry.cache_path(HUB_ENTRY)
+    assert origins == [HUB_ENTRY.url] and _leftovers(HUB_ENTRY) == ["model.safetensors"]

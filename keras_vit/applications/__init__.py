@@ -3,10 +3,10 @@
 from keras_vit.exports import lazy_package
 
 _EXPORTS = {
-    "VARIANTS": "keras_vit.applications.configs",
+    "VARIANTS": "keras_vit.variants",
     "R50ViTB16": "keras_vit.applications.hybrid",
-    "decode_predictions": "keras_vit.applications.imagenet",
-    "preprocess_input": "keras_vit.applications.imagenet",
+    "decode_predictions": "keras_vit.imagenet",
+    "preprocess_input": "keras_vit.imagenet",
     **dict.fromkeys(
         ["ViTB16", "ViTB32", "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16", "VisionTransformer"],
         "keras_vit.applications.vision_transformer",

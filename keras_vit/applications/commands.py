@@ -1,6 +1,6 @@
 """`keras-vit list-models`."""
 
-from keras_vit.applications.configs import HYBRIDS, VARIANTS
+from keras_vit.variants import HYBRIDS, VARIANTS
 
 
 def list_models(args):

@@ -1,6 +1,6 @@
 """The hybrid R50+ViT-B/16 of the paper (section 3.1): ViT-B on a BiT ResNet-50 feature map."""
 
-from keras_vit.applications.configs import variant
+from keras_vit.variants import variant
 from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.layers.resnet import ORIGINAL_NUMERICS, ResNetV2Stem
 from keras_vit.weights import hybrid as hybrid_weights

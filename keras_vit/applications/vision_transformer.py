@@ -1,15 +1,14 @@
 """The Vision Transformer builder with the `keras.applications` signature."""
 
+import dataclasses
 import numbers
 
 import keras
 
-from keras_vit.applications.configs import VARIANTS, variant
-from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
+from keras_vit.architecture import VARIANTS, ViTConfig, build_model, image_shape, variant
 from keras_vit.layers.pooling import POOLINGS
 from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON
-
-DEFAULT_SIZE = 224
+from keras_vit.weights import build_with_weights
 
 
 def _validate_activation(classifier_activation):
@@ -28,29 +27,6 @@ def _check_architecture(**sizes):
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name}={value!r} must be a positive integer.")
-
-
-def _image_shape(input_shape, input_tensor, patch_size, need_rgb):
-    if input_shape is None:
-        if input_tensor is not None:
-            input_shape = tuple(input_tensor.shape[1:])
-        else:
-            input_shape = (DEFAULT_SIZE, DEFAULT_SIZE, 3)
-    input_shape = tuple(input_shape)
-    if len(input_shape) != 3:
-        raise ValueError(f"input_shape={input_shape} must be (height, width, channels).")
-    height, width, channels = input_shape
-    if need_rgb and channels != 3:
-        raise ValueError(
-            f"input_shape={input_shape} has {channels} channels; pretrained weights need 3 (RGB)."
-        )
-    for size in (height, width):
-        if size is not None and (size < patch_size or size % patch_size):
-            raise ValueError(
-                f"input_shape={input_shape}: height and width must be multiples of the patch "
-                f"size {patch_size} (or None for any size), got {size}."
-            )
-    return input_shape
 
 
 def VisionTransformer(
@@ -113,7 +89,7 @@ def VisionTransformer(
         _validate_activation(classifier_activation)
         if not isinstance(classes, int) or classes < 1:
             raise ValueError(f"classes={classes!r} must be a positive integer.")
-    config = dict(
+    config = ViTConfig(
         patch_size=patch_size,
         hidden_dim=hidden_dim,
         depth=depth,
@@ -133,64 +109,17 @@ def VisionTransformer(
         seed=seed,
         name=name,
     )
-    stride = patch_size * (stem.stride if stem is not None else 1)
     if weights is None:
-        config["approximate_gelu"] = True if approximate_gelu is None else approximate_gelu
-        config["layer_norm_epsilon"] = LAYER_NORM_EPSILON if layer_norm_epsilon is None else layer_norm_epsilon
-        shape = _image_shape(input_shape, input_tensor, stride, need_rgb=False)
+        config = dataclasses.replace(
+            config,
+            approximate_gelu=True if approximate_gelu is None else approximate_gelu,
+            layer_norm_epsilon=LAYER_NORM_EPSILON if layer_norm_epsilon is None else layer_norm_epsilon,
+        )
+        shape = image_shape(input_shape, input_tensor, config.stride, need_rgb=False)
         return build_model(config, shape, input_tensor)
     if input_shape is not None or input_tensor is not None:
-        _image_shape(input_shape, input_tensor, stride, need_rgb=True)
-    from keras_vit.weights import build_with_weights
-
+        image_shape(input_shape, input_tensor, config.stride, need_rgb=True)
     return build_with_weights(config, weights, input_shape, input_tensor)
-
-
-def build_model(config, input_shape, input_tensor=None):
-    """Builds the functional model for a resolved `config` (see `VisionTransformer`).
-
-    An optional `config["default_size"]` `(height, width)` (default 224 x 224) sizes the
-    position-embedding table where `input_shape` leaves the image size open (None).
-    """
-    if input_tensor is None:
-        images = keras.Input(shape=input_shape, name="images")
-    elif keras.backend.is_keras_tensor(input_tensor):
-        images = input_tensor
-    else:
-        images = keras.Input(tensor=input_tensor, shape=input_shape, name="images")
-    features = images if config["stem"] is None else config["stem"](images)
-    patches = PatchEmbedding(config["patch_size"], config["hidden_dim"], name="embedding")(features)
-    stride = config["patch_size"] * (config["stem"].stride if config["stem"] is not None else 1)
-    default_size = config.get("default_size", (DEFAULT_SIZE, DEFAULT_SIZE))
-    grid = tuple((s or d) // stride for s, d in zip(input_shape[:2], default_size))
-    tokens = keras.layers.Reshape((-1, config["hidden_dim"]), name="flatten")(patches)
-    tokens = ClassToken(name="class_token")(tokens)
-    tokens = PositionEmbedding(grid, name="posembed_input")(tokens, patches)
-    tokens = keras.layers.Dropout(config["dropout_rate"], seed=config["seed"], name="dropout")(tokens)
-    tokens = Encoder(
-        config["depth"],
-        config["num_heads"],
-        config["mlp_dim"],
-        dropout_rate=config["dropout_rate"],
-        attention_dropout_rate=config["attention_dropout_rate"],
-        drop_path_rate=config["drop_path_rate"],
-        approximate_gelu=config["approximate_gelu"],
-        layer_norm_epsilon=config["layer_norm_epsilon"],
-        seed=config["seed"],
-        name="encoder",
-    )(tokens)
-    outputs = tokens
-    if config["include_top"] or config["pooling"] is not None:
-        outputs = TokenPooling(config["pooling"] or "token", name="pooling")(tokens)
-    if config["include_top"]:
-        if config["representation_size"]:
-            outputs = keras.layers.Dense(config["representation_size"], activation="tanh", name="pre_logits")(outputs)
-        outputs = keras.layers.Dense(config["classes"], kernel_initializer="zeros", name="head")(outputs)
-        outputs = keras.layers.Activation(
-            config["classifier_activation"] or "linear", dtype="float32", name="predictions"
-        )(outputs)
-    inputs = keras.utils.get_source_inputs(images) if input_tensor is not None else images
-    return keras.Model(inputs, outputs, name=config["name"])
 
 
 def _variant_builder(variant_name, model_name):

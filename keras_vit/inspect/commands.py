@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from keras_vit.applications.configs import HYBRIDS, VARIANTS
+from keras_vit.variants import HYBRIDS, VARIANTS
 DEFAULT_SIZE = 224
 
 
@@ -61,7 +61,7 @@ def load_images(paths, size):
 
 def inspect_command(args):
     from keras_vit import inspect
-    from keras_vit.applications.imagenet import preprocess_input
+    from keras_vit.imagenet import preprocess_input
 
     model = _build(args.model, args.weights, args.image_size)
     if args.weights is None and not args.model.endswith(".keras"):

@@ -7,8 +7,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.applications.configs import VARIANTS
-from keras_vit.applications.imagenet import imagenet_classes
+from keras_vit.variants import VARIANTS
+from keras_vit.imagenet import imagenet_classes
 from keras_vit.training import augment, pipeline
 from keras_vit.training.data import load_source, decode_image_file
 from keras_vit.training.trainer import ends_with_softmax

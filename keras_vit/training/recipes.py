@@ -25,7 +25,7 @@ import os
 import typing
 from typing import Optional, Union
 
-from keras_vit.applications.configs import VARIANTS
+from keras_vit.variants import VARIANTS
 
 ARCHITECTURE = ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")
 

@@ -4,7 +4,7 @@ the model that produced it."""
 import dataclasses
 import logging
 
-from keras_vit.applications.configs import VARIANTS
+from keras_vit.architecture import VARIANTS
 from keras_vit.layers.position_embedding import grid_size_of
 from keras_vit.weights import families, readers, stems
 from keras_vit.weights.layouts import ATTN, LAYOUTS, MLP, POSEMB

@@ -6,9 +6,9 @@ FORMATS = ("npz", "timm", "hf", "keras")
 
 
 def _list(args):
-    from keras_vit.weights.registry import list_weights
+    from keras_vit.weights.registry import weights_table
 
-    list_weights(args.model)
+    print(weights_table(args.model))
 
 
 def _convert(args):

@@ -1,6 +1,10 @@
 """Downloads named checkpoints into the cache (`KERAS_VIT_HOME`, default ~/.keras/keras_vit).
 
-A download goes to a private temporary folder next to its cache path, is checked (size and
+Files hosted on the Hugging Face hub (timm's) go through the Hugging Face cache when
+`huggingface_hub` is installed, so they share the user's cache, token and mirror (`HF_HOME`,
+`HF_TOKEN`, `HF_ENDPOINT`), and are checked in place. Other files, or without
+`huggingface_hub`, are downloaded with `keras.utils.get_file`:
+a download goes to a private temporary folder next to its cache path, is checked (size and
 sha256 where the registry knows them, and always a full parse of the file, so a truncated or
 corrupt file fails), and only then renamed into place; the folders that killed downloads left
 behind are removed first. A file put at the cache path by hand is used as is, after the same
@@ -10,6 +14,7 @@ checks.
 import hashlib
 import logging
 import os
+import re
 import zipfile
 
 import keras
@@ -19,6 +24,7 @@ from keras_vit.weights import readers, safetensors_io
 from keras_vit.weights.registry import cache_path
 
 logger = logging.getLogger("keras_vit.weights")
+HUB_URL = re.compile(r"https://huggingface\.co/(?P<repo_id>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<filename>.+)")
 
 
 class DownloadError(OSError):
@@ -49,8 +55,46 @@ def verify(path, entry):
             raise ValueError(f"{path}: member {bad!r} is corrupt (CRC mismatch).")
 
 
+def _hub_file(entry):
+    """`hf_hub_download` arguments for `entry`'s file, or None where it is not on the hub or
+    `huggingface_hub` is not installed."""
+    match = HUB_URL.fullmatch(entry.url)
+    if match is None:
+        return None
+    try:
+        import huggingface_hub  # noqa: F401
+    except ImportError:
+        return None
+    return match.groupdict()
+
+
+def _download_error(entry, target, error):
+    return DownloadError(
+        f"Could not download {entry.url} ({error}). To use this checkpoint without "
+        f"downloading it here, fetch that file by other means and put it at {target}; "
+        "it is picked up from there."
+    )
+
+
+def _fetch_from_hub(entry, hub, target):
+    import huggingface_hub
+
+    try:
+        path = huggingface_hub.hf_hub_download(**hub)
+    except Exception as error:
+        raise _download_error(entry, target, error) from error
+    try:
+        verify(path, entry)
+    except ValueError as error:
+        raise ValueError(
+            f"{error} (the Hugging Face cache's copy of {entry.url}; delete it there to download it again)"
+        ) from None
+    return path
+
+
 def fetch(entry):
-    """The local path of `entry`'s file, downloading it into the cache if needed."""
+    """The local path of `entry`'s file: a copy put at its cache path by hand, else the
+    Hugging Face cache's (hub files), else downloaded into the cache."""
     target = cache_path(entry)
     if os.path.exists(target):
         try:
@@ -58,6 +102,9 @@ def fetch(entry):
         except ValueError as error:
             raise ValueError(f"{error} Delete {target} to download it again.") from None
         return target
+    hub = _hub_file(entry)
+    if hub is not None:
+        return _fetch_from_hub(entry, hub, target)
     folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
     remove_stale(folder)
@@ -70,11 +117,7 @@ def fetch(entry):
             )
             verify(path, entry)
         except Exception as error:
-            raise DownloadError(
-                f"Could not download {entry.url} ({error}). To use this checkpoint without "
-                f"downloading it here, fetch that file by other means and put it at {target}; "
-                "it is picked up from there."
-            ) from error
+            raise _download_error(entry, target, error) from error
         os.replace(path, target)
     finally:
         remove(scratch)

@@ -5,12 +5,13 @@ import os
 import keras
 import numpy as np
 
+from keras_vit.architecture import ViTConfig
 from keras_vit.weights import stems
 from keras_vit.files import atomic_path, check_target
 from keras_vit.weights.canonical import Checkpoint
 from keras_vit.weights.layouts import KERAS
 from keras_vit.weights.lazy import LazyArray
-from keras_vit.weights.loader import PretrainedWeights, weights_checkpoint
+from keras_vit.weights.loader import PretrainedWeights, build_with_weights, weights_checkpoint
 from keras_vit.weights.rules import convert
 from keras_vit.weights.writers import WRITERS
 
@@ -92,14 +93,8 @@ def convert_checkpoint(src, dst, format=None, num_heads=None, overwrite=False):
             f"{ckpt.path} has a {ckpt.stem.name} stem: build the hybrid model with weights=... "
             "and save it with model.save() instead."
         )
-    from keras_vit.applications.vision_transformer import VisionTransformer
-
-    model = VisionTransformer(
-        **ckpt.architecture(),
-        include_top=ckpt.classes is not None,
-        classes=ckpt.classes or 1000,
-        weights=PretrainedWeights(ckpt),
-    )
+    config = ViTConfig(**ckpt.architecture(), include_top=ckpt.classes is not None, classes=ckpt.classes or 1000)
+    model = build_with_weights(config, PretrainedWeights(ckpt))
     suffix = ".weights.h5" if dst.endswith(".weights.h5") else ".keras"
     with atomic_path(dst) as tmp:
         if suffix == ".keras":

@@ -11,7 +11,6 @@ import keras
 import numpy as np
 
 from keras_vit.weights.lazy import LazyArray
-from keras_vit.weights.readers import RawCheckpoint
 
 NORM = ("gamma", "beta")
 VARIABLE_NAMES = {
@@ -61,8 +60,9 @@ def read_weights_h5(path):
 
 
 def read_keras(path, container):
+    """`(tensors, meta)` of a `.weights.h5` (`container` "keras_h5") or `.keras` file."""
     if container == "keras_h5":
-        return RawCheckpoint(path, "keras", read_weights_h5(path))
+        return read_weights_h5(path), {}
     model = keras.saving.load_model(path, compile=False, safe_mode=True)
     try:
         encoder = model.get_layer("encoder")
@@ -77,4 +77,4 @@ def read_keras(path, container):
         "approximate_gelu": encoder.approximate_gelu,
         "layer_norm_epsilon": encoder.layer_norm_epsilon,
     }
-    return RawCheckpoint(path, "keras", tensors, meta)
+    return tensors, meta

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from keras_vit.applications.configs import VARIANTS
+from keras_vit.architecture import VARIANTS, build_model, image_shape
 from keras_vit.layers.position_embedding import INTERPOLATIONS, resize_position_embedding
 from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON
 from keras_vit.weights import registry, stems
@@ -71,25 +71,25 @@ def _mismatch(ckpt, key, expected):
 
 def check_architecture(ckpt, config):
     """Raises ValueError naming every key whose shape does not fit `config`."""
-    p, d, m, h = config["patch_size"], config["hidden_dim"], config["mlp_dim"], config["num_heads"]
+    p, d, m, h = config.patch_size, config.hidden_dim, config.mlp_dim, config.num_heads
     problems = [
         _mismatch(ckpt, "embedding/kernel", (p, p, None, d)),
         _mismatch(ckpt, MLP.format(i=0) + "Dense_0/kernel", (d, m)),
     ]
     if d % h == 0:
         problems.append(_mismatch(ckpt, ATTN.format(i=0) + "query/kernel", (d, h, d // h)))
-    if ckpt.depth != config["depth"]:
+    if ckpt.depth != config.depth:
         problems.append(
             f"the checkpoint has {ckpt.depth} encoder blocks (Transformer/encoderblock_0.."
-            f"{ckpt.depth - 1}), the model has {config['depth']}"
+            f"{ckpt.depth - 1}), the model has {config.depth}"
         )
-    stem, model_stem = ckpt.stem, config.get("stem")
+    stem, model_stem = ckpt.stem, config.stem
     if stem is not None and model_stem is None:
         problems.append(f"the checkpoint has a {stem.name} stem ({', '.join(stem.canonical_prefixes)}); the model has none")
     if model_stem is not None and stem is not stems.stem_of_layer(model_stem):
         problems.append(f"the model has a {type(model_stem).__name__} stem; the checkpoint has {stem.name if stem else 'none'}")
-    if config["include_top"] and config["representation_size"]:
-        problems.append(_mismatch(ckpt, "pre_logits/kernel", (d, config["representation_size"])))
+    if config.include_top and config.representation_size:
+        problems.append(_mismatch(ckpt, "pre_logits/kernel", (d, config.representation_size)))
     problems = [p for p in problems if p]
     if problems:
         raise ValueError(f"Checkpoint {ckpt.path} does not fit the model:\n  " + "\n  ".join(problems))
@@ -100,27 +100,27 @@ def select_head(ckpt, config):
     for. Logs when the model gets a new zero-initialised head."""
     tensors = dict(ckpt.tensors)
     has_pre, classes = "pre_logits/kernel" in tensors, ckpt.classes
-    if not config["include_top"]:
+    if not config.include_top:
         for key in HEAD_KEYS + PRE_LOGITS_KEYS:
             tensors.pop(key, None)
         return tensors, False
-    want_pre = bool(config["representation_size"])
+    want_pre = bool(config.representation_size)
     if not want_pre:
         for key in PRE_LOGITS_KEYS:
             tensors.pop(key, None)
-    if classes == config["classes"] and has_pre == want_pre:
+    if classes == config.classes and has_pre == want_pre:
         return tensors, False
     for key in HEAD_KEYS:
         tensors.pop(key, None)
     if classes is None:
         reason = "the checkpoint has no head"
-    elif classes != config["classes"]:
+    elif classes != config.classes:
         reason = f"the checkpoint's head has {classes} classes"
     else:
         reason = "the checkpoint's head sits on its pre_logits layer, which is dropped"
     logger.warning(
         "New zero-initialised head with %d classes (%s): train it before use, as in "
-        "fine-tuning. Checkpoint: %s", config["classes"], reason, ckpt.path,
+        "fine-tuning. Checkpoint: %s", config.classes, reason, ckpt.path,
     )
     return tensors, True
 
@@ -167,41 +167,40 @@ def assign(model, ckpt, tensors, interpolation="bilinear", new=()):
 
 
 def build_with_weights(config, weights, input_shape=None, input_tensor=None):
-    """`VisionTransformer(..., weights=...)`: builds the model for `config` and loads the
-    checkpoint. Defaults follow the checkpoint: input size (its resolution), GELU flavour
-    (tanh for the original npz files, exact for timm / Hugging Face) and LayerNorm epsilon."""
-    from keras_vit.applications.vision_transformer import _image_shape, build_model
-
+    """`VisionTransformer(..., weights=...)`: builds the model for the `ViTConfig` `config`
+    and loads the checkpoint. Defaults follow the checkpoint: input size (its resolution),
+    GELU flavour (tanh for the original npz files, exact for timm / Hugging Face) and
+    LayerNorm epsilon."""
     spec = weights if isinstance(weights, PretrainedWeights) else PretrainedWeights(weights)
     ckpt = weights_checkpoint(spec.source, config)
     check_architecture(ckpt, config)
-    config = dict(config)
-    if config["approximate_gelu"] is None:
-        config["approximate_gelu"] = True if ckpt.approximate_gelu is None else ckpt.approximate_gelu
-    if config["layer_norm_epsilon"] is None:
-        config["layer_norm_epsilon"] = ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON
-    stem = config.get("stem")
-    stride = config["patch_size"] * (stem.stride if stem is not None else 1)
-    config["default_size"] = tuple(g * stride for g in ckpt.patch_grid)
+    config = dataclasses.replace(
+        config,
+        approximate_gelu=(True if ckpt.approximate_gelu is None else ckpt.approximate_gelu)
+        if config.approximate_gelu is None else config.approximate_gelu,
+        layer_norm_epsilon=(ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON)
+        if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
+    )
+    default_size = tuple(g * config.stride for g in ckpt.patch_grid)
     if input_shape is None and input_tensor is None:
-        input_shape = (*config["default_size"], ckpt.channels if stem is None else 3)
-    shape = _image_shape(input_shape, input_tensor, stride, need_rgb=False)
-    if stem is None and shape[-1] != ckpt.channels:
+        input_shape = (*default_size, ckpt.channels if config.stem is None else 3)
+    shape = image_shape(input_shape, input_tensor, config.stride, need_rgb=False)
+    if config.stem is None and shape[-1] != ckpt.channels:
         raise ValueError(
             f"input_shape={shape} has {shape[-1]} channels; the checkpoint's embedding/kernel "
             f"{ckpt.shape('embedding/kernel')} takes {ckpt.channels}."
         )
     tensors, new_head = select_head(ckpt, config)
-    model = build_model(config, shape, input_tensor)
+    model = build_model(config, shape, input_tensor, default_size)
     assign(model, ckpt, tensors, spec.interpolation, new=HEAD_KEYS if new_head else ())
     return model
 
 
 def weights_checkpoint(source, config=None, num_heads=None):
     """Reads `source` (name or path) as a canonical `Checkpoint`. The head count, which timm
-    and `.weights.h5` files do not record, comes from `config` (a builder config) or
+    and `.weights.h5` files do not record, comes from `config` (a `ViTConfig`) or
     `num_heads`; named checkpoints are looked up for `config`'s variant."""
     if isinstance(source, Checkpoint):
         return source
-    heads = config["num_heads"] if config else num_heads
+    heads = config.num_heads if config else num_heads
     return read_checkpoint(resolve(source, config), num_heads=heads)

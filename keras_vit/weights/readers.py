@@ -16,7 +16,7 @@ import zlib
 
 import numpy as np
 
-from keras_vit.weights import safetensors_io
+from keras_vit.weights import keras_io, safetensors_io
 from keras_vit.weights.lazy import CRCCheck, FileArray, LazyArray, decode_bfloat16
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -90,9 +90,7 @@ def open_checkpoint(path):
         return RawCheckpoint(path, "torch", read_torch(path), _sibling_config(path))
     if container == "hf_dir":
         return read_hf_dir(path)
-    from keras_vit.weights import keras_io
-
-    return keras_io.read_keras(path, container)
+    return RawCheckpoint(path, "keras", *keras_io.read_keras(path, container))
 
 
 def _npz_member(zf, path, info):

@@ -23,7 +23,8 @@ written, so they are None: such files are checked by parsing them completely ins
 import dataclasses
 import os
 
-from keras_vit.applications.configs import VARIANTS
+from keras_vit.architecture import VARIANTS
+from keras_vit.weights.stems import stem_of_layer
 
 GCS = "https://storage.googleapis.com/vit_models/"
 HUB = "https://huggingface.co/timm/{}/resolve/main/model.safetensors"
@@ -94,6 +95,7 @@ _B16 = "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
 _B32 = "B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0"
 _B32_LIGHT = "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0"
 _L16 = "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"
+_R50 = "R50%2BViT-B_16.npz"
 
 ENTRIES = [
     *_augreg("ViTTi16", _TI16, _ft(_TI16, 0.03, 224), _ft(_TI16, 0.03, 384)),
@@ -125,6 +127,9 @@ ENTRIES = [
     *_timm("ViTL32", "vit_large_patch32_384.orig_in21k_ft_in1k", "vit_large_patch32_224.orig_in21k"),
     WeightsEntry("ViTH14", "orig_in21k", 224, 21843, 1280, "npz", GCS + "imagenet21k/ViT-H_14.npz"),
     *_timm("ViTH14", "vit_huge_patch14_224.orig_in21k"),
+    WeightsEntry("R50ViTB16", "orig_in21k", 224, 21843, 768, "npz", GCS + "imagenet21k/" + _R50),
+    WeightsEntry("R50ViTB16", "orig_in21k_ft_in1k_384", 384, 1000, None, "npz", GCS + FT_384 + _R50),
+    *_timm("R50ViTB16", "vit_base_r50_s16_384.orig_in21k_ft_in1k", "vit_base_r50_s16_224.orig_in21k"),
 ]
 
 ALIASES = {
@@ -144,14 +149,11 @@ def entries(variant=None):
 
 
 def variant_of(config):
-    """The variant name of a builder config (None for a custom architecture)."""
-    if config.get("stem") is not None:
-        from keras_vit.weights.stems import stem_of_layer
-
-        layout = stem_of_layer(config["stem"])
+    """The variant name of a `ViTConfig` (None for a custom architecture)."""
+    if config.stem is not None:
+        layout = stem_of_layer(config.stem)
         return layout.variant if layout else None
-    keys = ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")
-    return next((name for name, arch in VARIANTS.items() if all(arch[k] == config[k] for k in keys)), None)
+    return next((name for name, arch in VARIANTS.items() if arch == config.architecture), None)
 
 
 def find(name, variant=None):
@@ -181,20 +183,27 @@ def cache_path(entry):
 
 
 def list_weights(model=None):
-    """Prints the named checkpoints of `model` (e.g. "ViTB16"), or of all models."""
+    """The named checkpoints (`WeightsEntry` records) of `model` (e.g. "ViTB16"), or of all
+    models; `weights_table` formats them as `keras-vit list-weights` prints them."""
     if model is not None and model not in VARIANTS and not entries(model):
         raise ValueError(f"Unknown model {model!r}; available: {', '.join(VARIANTS)}.")
-    rows = entries(model)
+    return entries(model)
+
+
+def weights_table(model=None):
+    """`list_weights(model)` as a text table, each default ('imagenet') marked."""
+    rows = list_weights(model)
+    if not rows:
+        return f"(no named checkpoints for {model})"
     defaults = {(v, _alias_target(v, "imagenet")) for v in {e.variant for e in rows}}
-    print(f"{'model':<9} {'weights':<45} {'res':>4} {'classes':>7} {'pre_logits':>10} {'format':<11} license")
+    lines = [f"{'model':<9} {'weights':<45} {'res':>4} {'classes':>7} {'pre_logits':>10} {'format':<11} license"]
     for e in rows:
         mark = "  (default: 'imagenet')" if (e.variant, e.name) in defaults else ""
-        print(
+        lines.append(
             f"{e.variant:<9} {e.name:<45} {e.resolution:>4} {e.classes or '-':>7} "
             f"{e.representation_size or '-':>10} {e.format:<11} {e.license}{mark}\n{'':<10}{e.url}"
         )
-    if not rows:
-        print(f"(no named checkpoints for {model})")
+    return "\n".join(lines)
 
 
 def _alias_target(variant, alias):

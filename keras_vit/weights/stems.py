@@ -23,7 +23,8 @@ Original npz files need no keymap: their stem keys are canonical already.
 
 import dataclasses
 
-_STEMS = []
+from keras_vit.layers.resnet import ResNetV2Stem
+from keras_vit.weights import bit_stem
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,21 @@ class StemLayout:
 
     def owns(self, canonical_key):
         return canonical_key.startswith(self.canonical_prefixes)
+
+
+# The built-in stems; `register_stem` adds others.
+_STEMS = [
+    StemLayout(
+        name="bit_resnet",
+        layer_class=ResNetV2Stem,
+        canonical_prefixes=bit_stem.CANONICAL_PREFIXES,
+        keymaps={
+            "timm": (bit_stem.timm_to_canonical, bit_stem.canonical_to_timm),
+            "keras": (bit_stem.keras_to_canonical, bit_stem.canonical_to_keras),
+        },
+        variant=bit_stem.VARIANT,
+    ),
+]
 
 
 def register_stem(layout):

@@ -10,6 +10,7 @@ import zipfile
 
 import numpy as np
 
+from keras_vit.imagenet import imagenet_classes
 from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON
 from keras_vit.weights import stems
 from keras_vit.files import atomic_path
@@ -74,16 +75,37 @@ def hf_config(ckpt, architecture):
     if ckpt.classes:
         labels = [f"LABEL_{i}" for i in range(ckpt.classes)]
         if ckpt.classes == 1000:
-            from keras_vit.applications.imagenet import imagenet_classes
-
             labels = [name for _, name in imagenet_classes()]
         config["id2label"] = {str(i): label for i, label in enumerate(labels)}
         config["label2id"] = {label: i for i, label in enumerate(labels)}
     return config
 
 
+def hf_preprocessor_config(ckpt):
+    """The transformers `ViTImageProcessor` settings for `ckpt`: bilinear resize to its
+    resolution, then `(x / 255 - 0.5) / 0.5`, the [-1, 1] scaling of `preprocess_input`."""
+    height, width = (g * ckpt.patch_size for g in ckpt.patch_grid)
+    return {
+        "image_processor_type": "ViTImageProcessor",
+        "do_resize": True,
+        "size": {"height": height, "width": width},
+        "resample": 2,  # PIL.Image.BILINEAR
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    }
+
+
+def _write_json(path, data):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+
+
 def write_hf(folder, ckpt):
-    """A transformers folder (`config.json`, `model.safetensors`): `ViTForImageClassification`
+    """A transformers folder (`config.json`, `preprocessor_config.json`, `model.safetensors`)
+    that `transformers.pipeline(..., model=folder)` runs as is: `ViTForImageClassification`
     with a head, else `ViTModel` (a pre_logits layer becomes its pooler). An all-zero head on a
     pre_logits layer (the ImageNet-21k files) is left out; a trained one cannot be expressed.
     The folder is written whole and swapped in when complete."""
@@ -104,8 +126,8 @@ def write_hf(folder, ckpt):
     with atomic_path(folder) as tmp:
         os.makedirs(tmp)
         write_safetensors(os.path.join(tmp, "model.safetensors"), _float32(theirs), metadata={"format": "pt"})
-        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(hf_config(ckpt, architecture), f, indent=2)
+        _write_json(os.path.join(tmp, "config.json"), hf_config(ckpt, architecture))
+        _write_json(os.path.join(tmp, "preprocessor_config.json"), hf_preprocessor_config(ckpt))
 
 
 WRITERS = {"npz": write_npz, "timm": write_timm, "hf": write_hf}

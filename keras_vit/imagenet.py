@@ -23,7 +23,7 @@ def preprocess_input(x, data_format=None):
 @functools.lru_cache(maxsize=1)
 def imagenet_classes():
     """The 1000 ImageNet-2012 classes as a list of `(wordnet_id, name)`."""
-    text = resources.files("keras_vit.applications").joinpath("imagenet_classes.json").read_text()
+    text = resources.files("keras_vit").joinpath("imagenet_classes.json").read_text()
     index = json.loads(text)
     return [tuple(index[str(i)]) for i in range(len(index))]
 

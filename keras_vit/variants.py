@@ -1,4 +1,7 @@
-"""The ViT variants as data (paper Table 1; Ti and S from DeiT / "How to train your ViT")."""
+"""The ViT variants as data (paper Table 1; Ti and S from DeiT / "How to train your ViT").
+
+Plain Python, no Keras: the command line lists and checks model names before importing it.
+"""
 
 VARIANTS = {
     "ViTTi16": dict(patch_size=16, hidden_dim=192, depth=12, num_heads=3, mlp_dim=768),

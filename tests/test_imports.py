@@ -1,0 +1,94 @@
+"""The import graph of keras_vit: no cycles, and `weights` never imports `applications`.
+
+Every `import` statement of every module counts, at module level or inside a function (a
+deferred import still ties the two modules together). `from package import name` is an
+edge to `package.name` when that is a module, else to `package` itself.
+"""
+
+import ast
+import pathlib
+
+import keras_vit
+
+ROOT = pathlib.Path(keras_vit.__file__).parent
+
+
+def _modules():
+    modules = {}
+    for path in ROOT.rglob("*.py"):
+        parts = ["keras_vit", *path.relative_to(ROOT).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _imports(name, path, modules):
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + [base] if base else anchor)
+            for alias in node.names:
+                targets.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+    return {t for t in targets if t in modules and t != name}
+
+
+def import_graph():
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def find_cycle(graph):
+    """One import cycle as a list of modules (first repeated last), or None."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_cycle_finder_names_the_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_graph_sees_deferred_and_from_imports():
+    graph = import_graph()
+    assert "keras_vit.layers" in graph["keras_vit.architecture"]
+    assert "keras_vit.weights.keras_io" in graph["keras_vit.weights.readers"]
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_weights_do_not_import_applications():
+    offenders = {
+        (name, target)
+        for name, targets in import_graph().items()
+        if name.startswith("keras_vit.weights")
+        for target in targets
+        if target.startswith("keras_vit.applications")
+    }
+    assert not offenders, offenders
