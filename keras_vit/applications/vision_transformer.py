@@ -65,6 +65,7 @@ def VisionTransformer(
     approximate_gelu=None,
     stem=None,
     seed=None,
+    remat=False,
     name="vision_transformer",
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., 2021) as a functional `keras.Model`.
@@ -90,6 +91,9 @@ def VisionTransformer(
         stem: optional layer mapping images to a feature map that is patch-embedded instead
             of the pixels (the hybrid architecture).
         seed: seed for the dropout layers.
+        remat: recompute each encoder block's activations in the backward pass instead of
+            storing them (activation checkpointing: larger batches for about 1/3 more
+            compute; same numbers).
         name: model name.
     """
     if pooling is not None and pooling not in POOLINGS:
@@ -115,6 +119,7 @@ def VisionTransformer(
         approximate_gelu=approximate_gelu,
         stem=stem,
         seed=seed,
+        remat=remat,
         name=name,
     )
     stride = patch_size * (stem.stride if stem is not None else 1)
@@ -159,6 +164,7 @@ def build_model(config, input_shape, input_tensor=None):
         drop_path_rate=config["drop_path_rate"],
         approximate_gelu=config["approximate_gelu"],
         seed=config["seed"],
+        remat=config.get("remat", False),
         name="encoder",
     )(tokens)
     outputs = tokens

@@ -63,6 +63,7 @@ class TrainConfig:
     dropout: float = 0.0
     attention_dropout: float = 0.0
     drop_path: float = 0.0
+    remat: bool = False
     # optimisation
     batch_size: int = 512
     accumulation_steps: int = 1
@@ -304,6 +305,7 @@ FIELD_HELP = {
     "weights": "pretrained weights (a name or a checkpoint path) to fine-tune from",
     "dropout": "dropout rate", "attention_dropout": "attention dropout rate",
     "drop_path": "stochastic depth rate (last block)",
+    "remat": "recompute encoder block activations in the backward pass (less memory, ~1/3 more compute)",
     "batch_size": "global batch size of one optimizer step (all replicas, all accumulated micro-batches)",
     "accumulation_steps": "micro-batches accumulated per optimizer step",
     "epochs": "epochs (ignored when steps is set)",
