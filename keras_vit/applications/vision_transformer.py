@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_vit import matmul_precision
 from keras_vit.applications.configs import VARIANTS, variant
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
 from keras_vit.layers.pooling import POOLINGS
@@ -139,7 +140,10 @@ def build_model(config, input_shape, input_tensor=None):
 
     An optional `config["default_size"]` `(height, width)` (default 224 x 224) sizes the
     position-embedding table where `input_shape` leaves the image size open (None).
+    A float32 model makes the backend compute float32 products exactly (no TF32; see
+    `keras_vit.matmul_precision`).
     """
+    matmul_precision.exact_float32_for(keras.config.dtype_policy())
     if input_tensor is None:
         images = keras.Input(shape=input_shape, name="images")
     elif keras.backend.is_keras_tensor(input_tensor):
@@ -154,7 +158,7 @@ def build_model(config, input_shape, input_tensor=None):
     tokens = keras.layers.Reshape((-1, config["hidden_dim"]), name="flatten")(patches)
     tokens = ClassToken(name="class_token")(tokens)
     tokens = PositionEmbedding(grid, name="posembed_input")(tokens, patches)
-    tokens = keras.layers.Dropout(config["dropout_rate"], seed=config["seed"], name="dropout")(tokens)
+    tokens = keras.layers.Dropout(config["dropout_rate"], seed=config["seed"], name="dropout", dtype="float32")(tokens)
     tokens = Encoder(
         config["depth"],
         config["num_heads"],

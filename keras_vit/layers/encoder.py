@@ -4,11 +4,12 @@ import functools
 
 import keras
 
+from keras_vit.layers.residual import Float32Stream
 from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON, TransformerBlock
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class Encoder(keras.layers.Layer):
+class Encoder(Float32Stream, keras.layers.Layer):
     """`depth` pre-norm blocks (`encoderblock_0...`) and `encoder_norm`.
 
     Stochastic depth rises linearly from 0 in the first block to `drop_path_rate` in the

@@ -320,7 +320,7 @@ FIELD_HELP = {
     "schedule": "cosine, linear or constant after the warm-up",
     "warmup_steps": "linear warm-up steps",
     "label_smoothing": "label smoothing",
-    "precision": "auto, float32, mixed_bfloat16 or mixed_float16",
+    "precision": "auto, float32 (exact), tf32 (float32 with TF32 matmuls on GPUs), mixed_bfloat16 or mixed_float16",
     "strategy": "auto, none, mirrored / tpu / multi_worker (tensorflow), data_parallel / model_parallel (jax), torch_ddp (torch)",
     "model_parallel_size": "devices per model replica with strategy model_parallel",
     "jit_compile": "auto, true or false",
