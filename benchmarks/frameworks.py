@@ -133,8 +133,9 @@ class KerasHubRunner(KerasRunner):
 
 
 class TorchRunner:
-    """A PyTorch reference with the usual loop: on the GPU when there is one, autocast for
-    bf16, `torch.optim.AdamW`, `torch.compile(model)` when asked."""
+    """A PyTorch reference with the usual loop: on the GPU when there is one (the batch
+    resident there), autocast for bf16, `torch.optim.AdamW`, `torch.compile(model)` when
+    asked."""
 
     def __init__(self, cfg):
         import torch
@@ -199,11 +200,18 @@ class TimmRunner(TorchRunner):
         )
 
 
+def _jax_vit(cfg):
+    from jax_vit import JaxViTRunner
+
+    return JaxViTRunner(cfg)
+
+
 RUNNERS = {
     "keras_vit": KerasViTRunner,
     "keras_hub": KerasHubRunner,
     "transformers": TransformersRunner,
     "timm": TimmRunner,
+    "jax_vit": _jax_vit,
 }
 
 
