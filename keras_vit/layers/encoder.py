@@ -46,28 +46,24 @@ class Encoder(Float32Stream, keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.seed = seed
         self.remat = bool(remat)
-        names = [f"encoderblock_{i}" for i in range(self.depth)]
-        self.blocks = self._blocks(names)
+        self.blocks = [
+            TransformerBlock(
+                num_heads,
+                mlp_dim,
+                dropout_rate,
+                attention_dropout_rate,
+                drop_path_rate * i / max(self.depth - 1, 1),
+                approximate_gelu,
+                layer_norm_epsilon,
+                seed=None if seed is None else seed + i,
+                name=f"encoderblock_{i}",
+                dtype=self.dtype_policy,
+            )
+            for i in range(self.depth)
+        ]
         self.encoder_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=self.dtype_policy
         )
-
-    def _blocks(self, names):
-        return [
-            TransformerBlock(
-                self.num_heads,
-                self.mlp_dim,
-                self.dropout_rate,
-                self.attention_dropout_rate,
-                self.drop_path_rate * i / max(self.depth - 1, 1),
-                self.approximate_gelu,
-                self.layer_norm_epsilon,
-                seed=None if self.seed is None else self.seed + i,
-                name=name,
-                dtype=self.dtype_policy,
-            )
-            for i, name in enumerate(names)
-        ]
 
     def _rematerialise(self, block):
         """TensorFlow's `recompute_grad` draws new dropout masks when it recomputes (wrong
