@@ -45,9 +45,24 @@ def _data(cfg):
     return images, labels
 
 
+def device_tensor(array):
+    """`array` as a tensor of the Keras backend, resident on its first device (the GPU where
+    there is one), so that a step reads it without a host-to-device copy."""
+    import keras
+
+    tensor = keras.ops.convert_to_tensor(array)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        if tf.config.list_logical_devices("GPU"):
+            with tf.device("GPU:0"):
+                tensor = tf.identity(tensor)
+    return tensor
+
+
 class KerasRunner:
     """keras_vit or keras-hub through the ordinary Keras path: `compile()` then
-    `predict_on_batch` / `train_on_batch`."""
+    `predict_on_batch` / `train_on_batch`, on a batch already on the device."""
 
     def __init__(self, cfg):
         import keras
@@ -63,7 +78,7 @@ class KerasRunner:
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             jit_compile=jit,
         )
-        self.images, self.labels = _data(cfg)
+        self.images, self.labels = (device_tensor(a) for a in _data(cfg))
 
     def _build(self, cfg):
         raise NotImplementedError
@@ -91,6 +106,7 @@ class KerasViTRunner(KerasRunner):
             classes=NUM_CLASSES,
             classifier_activation=None,
             approximate_gelu=False,
+            remat=cfg.get("remat", False),
         )
 
 
@@ -117,8 +133,9 @@ class KerasHubRunner(KerasRunner):
 
 
 class TorchRunner:
-    """A PyTorch reference with the usual loop: on the GPU when there is one, autocast for
-    bf16, `torch.optim.AdamW`, `torch.compile(model)` when asked."""
+    """A PyTorch reference with the usual loop: on the GPU when there is one (the batch
+    resident there), autocast for bf16, `torch.optim.AdamW`, `torch.compile(model)` when
+    asked."""
 
     def __init__(self, cfg):
         import torch
@@ -183,11 +200,18 @@ class TimmRunner(TorchRunner):
         )
 
 
+def _jax_vit(cfg):
+    from jax_vit import JaxViTRunner
+
+    return JaxViTRunner(cfg)
+
+
 RUNNERS = {
     "keras_vit": KerasViTRunner,
     "keras_hub": KerasHubRunner,
     "transformers": TransformersRunner,
     "timm": TimmRunner,
+    "jax_vit": _jax_vit,
 }
 
 

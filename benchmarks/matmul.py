@@ -1,11 +1,13 @@
 """GFLOP/s of one ViT-B/16 MLP matmul, (8*197 x 768) @ (768 x 3072), on the current backend.
 
     KERAS_BACKEND=torch python benchmarks/matmul.py
+    KERAS_BACKEND=jax python benchmarks/matmul.py --size 8192   # a GPU's practical bf16 peak
 
 The ceiling that the backend's matmul library sets for any ViT on this machine (a ViT-B/16
 step spends ~80 % of its time in such products); TensorFlow is measured with and without XLA.
 """
 
+import argparse
 import os
 import time
 
@@ -35,25 +37,34 @@ def _runners(a, w):
             product = tf.function(lambda a, w: tf.matmul(a, w), jit_compile=jit)
             runners.append(("xla" if jit else "no xla", lambda product=product: product(a, w).numpy()))
         return runners
+    import torch
+
+    if a.is_cuda:
+        return [("eager", lambda: (a @ w, torch.cuda.synchronize()))]
     return [("eager", lambda: a @ w)]
 
 
-def gflops(run, repeats=10):
+def gflops(run, shape, repeats=10):
     for _ in range(3):
         run()
     start = time.perf_counter()
     for _ in range(repeats):
         run()
-    return 2 * M * K * N * repeats / (time.perf_counter() - start) / 1e9
+    m, k, n = shape
+    return 2 * m * k * n * repeats / (time.perf_counter() - start) / 1e9
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, help="an N x N x N product instead of the ViT-B/16 MLP's")
+    args = parser.parse_args()
+    shape = (args.size,) * 3 if args.size else (M, K, N)
     rng = np.random.default_rng(0)
     for dtype in ("float32", "bfloat16"):
-        a = ops.cast(rng.standard_normal((M, K)).astype("float32"), dtype)
-        w = ops.cast(rng.standard_normal((K, N)).astype("float32"), dtype)
+        a = ops.cast(rng.standard_normal(shape[:2]).astype("float32"), dtype)
+        w = ops.cast(rng.standard_normal(shape[1:]).astype("float32"), dtype)
         for label, run in _runners(a, w):
-            print(f"{keras.backend.backend()} ({label}) {dtype}: {gflops(run):.0f} GFLOP/s")
+            print(f"{keras.backend.backend()} ({label}) {dtype} {'x'.join(map(str, shape))}: {gflops(run, shape):.0f} GFLOP/s")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,11 @@ table shows the median images/s over the rounds and the ratios of keras_vit to t
 references; the JSON (printed last, or written with `--json`) has every round.
 
 Frameworks: keras_vit and keras_hub on each Keras backend (`keras_vit/jax`, or `keras_vit`
-for all three), `transformers` (PyTorch, SDPA attention) and `timm` (when importable).
+for all three), `transformers` (PyTorch, SDPA attention), `timm` (when importable), each of
+those two also as `transformers/compiled` / `timm/compiled` (`torch.compile`), and `jax_vit`
+(a plain JAX ViT, jax_vit.py). Every framework's batch is resident on the device (the GPU
+where there is one) before the timed steps. On a GPU, give `--peak-tflops` the bf16 figure of
+`benchmarks/matmul.py --size 8192` to see each row's share of the card's practical peak.
 """
 
 import argparse
@@ -31,7 +35,8 @@ from frameworks import ARCHITECTURES
 HERE = os.path.dirname(os.path.abspath(__file__))
 BACKENDS = ("tensorflow", "jax", "torch")
 KERAS_FRAMEWORKS = ("keras_vit", "keras_hub")
-TORCH_FRAMEWORKS = ("transformers", "timm")
+TORCH_FRAMEWORKS = ("transformers", "timm", "transformers/compiled", "timm/compiled")
+JAX_FRAMEWORKS = ("jax_vit",)
 MODES = ("inference", "training")
 PRECISIONS = ("float32", "mixed_bfloat16")
 PREFIX = "@@bench"
@@ -39,7 +44,7 @@ PACKAGES = ("keras", "tensorflow-cpu", "jax", "jaxlib", "torch", "transformers",
 
 
 def all_frameworks():
-    names = [f"{fw}/{b}" for fw in KERAS_FRAMEWORKS for b in BACKENDS] + ["transformers"]
+    names = [f"{fw}/{b}" for fw in KERAS_FRAMEWORKS for b in BACKENDS] + ["transformers", "jax_vit"]
     if importlib.util.find_spec("timm") is not None:
         names.append("timm")
     return names
@@ -47,18 +52,29 @@ def all_frameworks():
 
 def resolve_frameworks(requested):
     """Expands `keras_vit` / `keras_hub` to their three backends and checks the names."""
-    known = [f"{fw}/{b}" for fw in KERAS_FRAMEWORKS for b in BACKENDS] + list(TORCH_FRAMEWORKS)
+    known = [f"{fw}/{b}" for fw in KERAS_FRAMEWORKS for b in BACKENDS] + list(TORCH_FRAMEWORKS + JAX_FRAMEWORKS)
     names = []
     for name in requested:
         expanded = [f"{name}/{b}" for b in BACKENDS] if name in KERAS_FRAMEWORKS else [name]
         for item in expanded:
             if item not in known:
                 raise SystemExit(f"Unknown framework {item!r}; expected some of {known} or {KERAS_FRAMEWORKS}.")
-            if item == "timm" and importlib.util.find_spec("timm") is None:
+            if item.startswith("timm") and importlib.util.find_spec("timm") is None:
                 raise SystemExit("timm is not importable here (it needs torchvision); leave it out.")
             if item not in names:
                 names.append(item)
     return names
+
+
+def split_framework(name):
+    """`(library, backend, torch_compile)` of a framework name: "keras_vit/jax",
+    "transformers", "timm/compiled" (with torch.compile), "jax_vit"."""
+    library, _, suffix = name.partition("/")
+    if library in KERAS_FRAMEWORKS:
+        return library, suffix, False
+    if name in JAX_FRAMEWORKS:
+        return library, "jax", False
+    return library, "torch", suffix == "compiled"
 
 
 class Worker:
@@ -66,8 +82,7 @@ class Worker:
 
     def __init__(self, framework, precision, mode, args):
         self.framework, self.precision, self.mode = framework, precision, mode
-        library, _, backend = framework.partition("/")
-        self.backend = backend or "torch"
+        library, self.backend, compiled = split_framework(framework)
         cfg = dict(
             framework=library,
             variant=args.variant,
@@ -77,7 +92,7 @@ class Worker:
             mode=mode,
             warmup=args.warmup,
             jit={"on": True, "off": False, "auto": "auto"}[args.jit],
-            torch_compile=args.torch_compile == "on",
+            torch_compile=args.torch_compile == "on" or compiled,
             threads=args.threads,
         )
         env = {**os.environ, "KERAS_BACKEND": self.backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -180,7 +195,7 @@ def job_groups(jobs, mode, args):
         return [list(jobs)]
     by_backend = {}
     for framework, precision in jobs:
-        backend = framework.partition("/")[2] or "torch"
+        backend = split_framework(framework)[1]
         by_backend.setdefault(backend, []).append((framework, precision))
     groups = []
     for members in by_backend.values():

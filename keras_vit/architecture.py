@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import keras
 
+from keras_vit import matmul_precision
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
 from keras_vit.variants import VARIANTS, variant  # noqa: F401  (part of this module's interface)
 
@@ -39,6 +40,7 @@ class ViTConfig:
     layer_norm_epsilon: Optional[float] = None
     stem: Any = None
     seed: Optional[int] = None
+    remat: bool = False
     name: str = "vision_transformer"
 
     @property
@@ -81,7 +83,10 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
 
     `default_size` `(height, width)` sizes the position-embedding table where `input_shape`
     leaves the image size open (None); the loader passes the checkpoint's resolution.
+    A float32 model makes the backend compute float32 products exactly (no TF32; see
+    `keras_vit.matmul_precision`).
     """
+    matmul_precision.exact_float32_for(keras.config.dtype_policy())
     if input_tensor is None:
         images = keras.Input(shape=input_shape, name="images")
     elif keras.backend.is_keras_tensor(input_tensor):
@@ -94,7 +99,7 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
     tokens = keras.layers.Reshape((-1, config.hidden_dim), name="flatten")(patches)
     tokens = ClassToken(name="class_token")(tokens)
     tokens = PositionEmbedding(grid, name="posembed_input")(tokens, patches)
-    tokens = keras.layers.Dropout(config.dropout_rate, seed=config.seed, name="dropout")(tokens)
+    tokens = keras.layers.Dropout(config.dropout_rate, seed=config.seed, name="dropout", dtype="float32")(tokens)
     tokens = Encoder(
         config.depth,
         config.num_heads,
@@ -105,6 +110,7 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         approximate_gelu=config.approximate_gelu,
         layer_norm_epsilon=config.layer_norm_epsilon,
         seed=config.seed,
+        remat=config.remat,
         name="encoder",
     )(tokens)
     outputs = tokens

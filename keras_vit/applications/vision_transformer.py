@@ -51,6 +51,7 @@ def VisionTransformer(
     layer_norm_epsilon=None,
     stem=None,
     seed=None,
+    remat=False,
     name="vision_transformer",
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., 2021) as a functional `keras.Model`.
@@ -78,6 +79,9 @@ def VisionTransformer(
         stem: optional layer mapping images to a feature map that is patch-embedded instead
             of the pixels (the hybrid architecture).
         seed: seed for the dropout layers.
+        remat: recompute each encoder block's activations in the backward pass instead of
+            storing them (activation checkpointing: larger batches for about 1/3 more
+            compute; same numbers).
         name: model name.
     """
     _check_architecture(
@@ -107,6 +111,7 @@ def VisionTransformer(
         layer_norm_epsilon=layer_norm_epsilon,
         stem=stem,
         seed=seed,
+        remat=remat,
         name=name,
     )
     if weights is None:

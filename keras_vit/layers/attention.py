@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.fused_attention import dot_product_attention
 from keras_vit.layers.linear import Linear
 
 
@@ -16,8 +17,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     One fused `qkv` projection (kernel `(dim, 3 * dim)`, columns `[q | k | v]`, each
     head-major) and an `out` projection (kernel `(dim, dim)`). The attention itself runs in
-    `keras.ops.dot_product_attention`, so the backend's fused / flash kernel is used where it
-    has one. `call(x, return_attention_weights=True)` takes the explicit path instead and also
+    `keras_vit.layers.fused_attention.dot_product_attention`, so the backend's fused / flash
+    kernel is used where it has one (in training on JAX GPUs too). `call(x, return_attention_weights=True)` takes the explicit path instead and also
     returns the `(batch, heads, tokens, tokens)` softmax weights (computed in float32); so
     does attention dropout while training.
     """
@@ -61,7 +62,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if return_attention_weights or (training and self.dropout_rate > 0):
             context, weights = self._explicit_attention(q, k, v, training)
         else:
-            context = ops.dot_product_attention(q, k, v)
+            context = dot_product_attention(q, k, v, training=bool(training))
         batch, tokens = ops.shape(x)[0], ops.shape(x)[1]
         out = self.out(ops.reshape(context, (batch, tokens, self.num_heads * self.head_dim)))
         return (out, weights) if return_attention_weights else out

@@ -3,13 +3,15 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.residual import Float32Stream
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ClassToken(keras.layers.Layer):
+class ClassToken(Float32Stream, keras.layers.Layer):
     """Prepends one learned token: `(batch, n, dim)` -> `(batch, 1 + n, dim)`."""
 
     def build(self, input_shape):
-        self.token = self.add_weight(name="cls", shape=(1, 1, input_shape[-1]), initializer="zeros")
+        self.token = self.add_weight(name="cls", shape=(1, 1, input_shape[-1]), initializer="zeros", autocast=False)
 
     def call(self, tokens):
         batch = ops.shape(tokens)[0]

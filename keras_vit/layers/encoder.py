@@ -1,17 +1,24 @@
 """The stack of transformer blocks followed by the final LayerNorm."""
 
+import functools
+
 import keras
 
+from keras_vit.layers.residual import Float32Stream
 from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON, TransformerBlock
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class Encoder(keras.layers.Layer):
+class Encoder(Float32Stream, keras.layers.Layer):
     """`depth` pre-norm blocks (`encoderblock_0...`) and `encoder_norm`.
 
     Stochastic depth rises linearly from 0 in the first block to `drop_path_rate` in the
     last. `call(x, return_attention_weights=True)` also returns the list of each block's
-    `(batch, heads, tokens, tokens)` attention weights.
+    `(batch, heads, tokens, tokens)` attention weights. `remat=True` recomputes each block's
+    activations in the backward pass instead of keeping them (less memory for about a
+    third more compute) when training, through `keras.remat`
+    (`jax.checkpoint`, `torch.utils.checkpoint`; `tf.recompute_grad` only for blocks without
+    dropout / stochastic depth).
     """
 
     def __init__(
@@ -25,6 +32,7 @@ class Encoder(keras.layers.Layer):
         approximate_gelu=True,
         layer_norm_epsilon=LAYER_NORM_EPSILON,
         seed=None,
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -37,6 +45,7 @@ class Encoder(keras.layers.Layer):
         self.approximate_gelu = bool(approximate_gelu)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.seed = seed
+        self.remat = bool(remat)
         self.blocks = [
             TransformerBlock(
                 num_heads,
@@ -56,6 +65,14 @@ class Encoder(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=self.dtype_policy
         )
 
+    def _rematerialise(self, block):
+        """TensorFlow's `recompute_grad` draws new dropout masks when it recomputes (wrong
+        gradients), so there only the blocks without dropout or stochastic depth are."""
+        if not self.remat:
+            return False
+        random = block.dropout_rate or block.attention_dropout_rate or block.drop_path_rate
+        return not (random and keras.backend.backend() == "tensorflow")
+
     def build(self, input_shape):
         for block in self.blocks:
             block.build(input_shape)
@@ -64,7 +81,8 @@ class Encoder(keras.layers.Layer):
     def call(self, x, training=None, return_attention_weights=False):
         weights = []
         for block in self.blocks:
-            x = block(x, training=training, return_attention_weights=return_attention_weights)
+            call = functools.partial(block, training=training, return_attention_weights=return_attention_weights)
+            x = keras.remat(call)(x) if training and self._rematerialise(block) else call(x)
             if return_attention_weights:
                 x, w = x
                 weights.append(w)
@@ -86,4 +104,5 @@ class Encoder(keras.layers.Layer):
             "approximate_gelu": self.approximate_gelu,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "seed": self.seed,
+            "remat": self.remat,
         }

@@ -6,6 +6,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.layers.residual import Float32Stream
+
 INTERPOLATIONS = ("bilinear", "bicubic")
 
 
@@ -87,7 +89,7 @@ def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=No
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class PositionEmbedding(keras.layers.Layer):
+class PositionEmbedding(Float32Stream, keras.layers.Layer):
     """Adds learned position embeddings to `(batch, prefix + h*w, dim)` tokens.
 
     The table has `prefix + grid_size[0] * grid_size[1]` rows (row 0 for the class token).
@@ -108,6 +110,7 @@ class PositionEmbedding(keras.layers.Layer):
             name="pos_embedding",
             shape=(1, rows, tokens_shape[-1]),
             initializer=keras.initializers.RandomNormal(stddev=0.02),
+            autocast=False,
         )
 
     def _patch_table(self, h, w, dtype):

@@ -1,19 +1,22 @@
 """Pre-norm transformer encoder block (paper eq. 2-3)."""
 
 import keras
+from keras import ops
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.mlp import MLPBlock
+from keras_vit.layers.residual import Float32Stream
 
 LAYER_NORM_EPSILON = 1e-6
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class TransformerBlock(keras.layers.Layer):
+class TransformerBlock(Float32Stream, keras.layers.Layer):
     """`x + MSA(LN(x))`, then `x + MLP(LN(x))`, with dropout and optional stochastic depth.
 
-    LayerNorm runs in float32 under mixed precision (Keras' LayerNormalization upcasts).
+    LayerNorm runs in float32 under mixed precision (Keras' LayerNormalization upcasts), and
+    so does the residual stream `x` (`Float32Stream`).
     """
 
     def __init__(
@@ -55,8 +58,9 @@ class TransformerBlock(keras.layers.Layer):
         y = self.attention(self.ln_1(x), training=training, return_attention_weights=return_attention_weights)
         if return_attention_weights:
             y, weights = y
-        x = x + self.drop_path(self.dropout(y, training=training), training=training)
-        x = x + self.drop_path(self.mlp(self.ln_2(x), training=training), training=training)
+        # ops.add promotes the bfloat16 branch to the float32 stream (TensorFlow's `+` does not).
+        x = ops.add(x, self.drop_path(self.dropout(y, training=training), training=training))
+        x = ops.add(x, self.drop_path(self.mlp(self.ln_2(x), training=training), training=training))
         return (x, weights) if return_attention_weights else x
 
     def compute_output_shape(self, input_shape):

@@ -34,7 +34,7 @@ ARCHITECTURE = ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "linear", "constant")
 LR_SCALINGS = ("none", "linear", "sqrt")
-PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+PRECISIONS = ("auto", "float32", "tf32", "mixed_bfloat16", "mixed_float16")
 STRATEGIES = {
     "tensorflow": ("auto", "none", "mirrored", "tpu", "multi_worker"),
     "jax": ("auto", "none", "data_parallel", "model_parallel"),
@@ -140,6 +140,7 @@ class TrainConfig:
     dropout: float = 0.0
     attention_dropout: float = 0.0
     drop_path: float = 0.0
+    remat: bool = False
     # optimisation
     batch_size: int = 512
     accumulation_steps: int = 1
@@ -429,6 +430,7 @@ FIELD_HELP = {
     "weights": "pretrained weights (a name or a checkpoint path) to fine-tune from",
     "dropout": "dropout rate", "attention_dropout": "attention dropout rate",
     "drop_path": "stochastic depth rate (last block)",
+    "remat": "recompute encoder block activations in the backward pass (less memory, ~1/3 more compute)",
     "batch_size": "global batch size of one optimizer step (all replicas, all accumulated micro-batches)",
     "accumulation_steps": "micro-batches accumulated per optimizer step",
     "epochs": "epochs (ignored when steps is set)",
@@ -449,7 +451,7 @@ FIELD_HELP = {
     "mask_split": "pretrain: fractions of the corrupted patches given the [mask] token, a random other patch, left unchanged",
     "mask_target": "pretrain: color (the mean colour, color_bits per channel, as classes) or pixels (L2 regression of the patch)",
     "color_bits": "pretrain: bits per channel of the mean-colour target (3: 512 classes)",
-    "precision": "auto, float32, mixed_bfloat16 or mixed_float16",
+    "precision": "auto, float32 (exact), tf32 (float32 with TF32 matmuls on GPUs), mixed_bfloat16 or mixed_float16",
     "strategy": "auto, none, mirrored / tpu / multi_worker (tensorflow), data_parallel / model_parallel (jax), torch_ddp (torch)",
     "model_parallel_size": "devices per model replica with strategy model_parallel",
     "jit_compile": "auto, true or false",

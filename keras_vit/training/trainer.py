@@ -59,6 +59,7 @@ def build_model(config, num_classes):
         drop_path_rate=config.drop_path,
         representation_size=config.representation_size,
         seed=config.seed,
+        remat=config.remat,
         name=f"vit_{config.recipe}",
     )
 
