@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_vit.layers.sublayer import run
 from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON, TransformerBlock
 
 
@@ -64,11 +65,11 @@ class Encoder(keras.layers.Layer):
     def call(self, x, training=None, return_attention_weights=False):
         weights = []
         for block in self.blocks:
-            x = block(x, training=training, return_attention_weights=return_attention_weights)
+            x = run(block, x, training=training, return_attention_weights=return_attention_weights)
             if return_attention_weights:
                 x, w = x
                 weights.append(w)
-        x = self.encoder_norm(x)
+        x = run(self.encoder_norm, x)
         return (x, weights) if return_attention_weights else x
 
     def compute_output_shape(self, input_shape):

@@ -5,6 +5,7 @@ import keras
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.mlp import MLPBlock
+from keras_vit.layers.sublayer import run
 
 LAYER_NORM_EPSILON = 1e-6
 
@@ -52,11 +53,15 @@ class TransformerBlock(keras.layers.Layer):
             layer.build(input_shape)
 
     def call(self, x, training=None, return_attention_weights=False):
-        y = self.attention(self.ln_1(x), training=training, return_attention_weights=return_attention_weights)
+        y = run(
+            self.attention, run(self.ln_1, x), training=training, return_attention_weights=return_attention_weights
+        )
         if return_attention_weights:
             y, weights = y
-        x = x + self.drop_path(self.dropout(y, training=training), training=training)
-        x = x + self.drop_path(self.mlp(self.ln_2(x), training=training), training=training)
+        y = run(self.dropout, y, training=training)
+        x = x + run(self.drop_path, y, training=training)
+        y = run(self.mlp, run(self.ln_2, x), training=training)
+        x = x + run(self.drop_path, y, training=training)
         return (x, weights) if return_attention_weights else x
 
     def compute_output_shape(self, input_shape):
