@@ -11,6 +11,15 @@ def _dense_init():
     return keras.initializers.GlorotUniform()
 
 
+def _fused_attention(q, k, v):
+    """`ops.dot_product_attention(q, k, v)`. On PyTorch with `flash_attention=False`: that
+    skips only Keras' flash-attention probe, a pybind11 `SDPAParams` that torch.compile
+    cannot trace (a graph break in every block; keras-team/keras#23327), and
+    `scaled_dot_product_attention` still picks the flash / memory-efficient kernel itself."""
+    flash = False if keras.backend.backend() == "torch" else None
+    return ops.dot_product_attention(q, k, v, flash_attention=flash)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Self-attention over `(batch, tokens, dim)` with `num_heads` heads.
@@ -62,7 +71,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if return_attention_weights or (training and self.dropout_rate > 0):
             context, weights = self._explicit_attention(q, k, v, training)
         else:
-            context = ops.dot_product_attention(q, k, v)
+            context = _fused_attention(q, k, v)
         batch, tokens = ops.shape(x)[0], ops.shape(x)[1]
         out = run(self.out, ops.reshape(context, (batch, tokens, self.num_heads * self.head_dim)))
         return (out, weights) if return_attention_weights else out
