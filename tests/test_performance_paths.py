@@ -142,3 +142,14 @@ def test_sublayer_run_is_the_layer_call_and_keeps_quantised_dispatch(rng):
     np.testing.assert_array_equal(ops.convert_to_numpy(run(layer, x)), ops.convert_to_numpy(layer(x)))
     layer.quantize("int8")  # its `call` alone would use the int8 kernel as if it were float
     np.testing.assert_array_equal(ops.convert_to_numpy(run(layer, x)), ops.convert_to_numpy(layer(x)))
+
+
+def test_built_model_has_every_layer_built():
+    """Sub-layers that `run` calls are built by their parents; an unbuilt one would make every
+    `train_on_batch` build the model symbolically again."""
+    import keras_vit
+
+    model = keras_vit.VisionTransformer(
+        patch_size=4, hidden_dim=16, depth=2, num_heads=2, mlp_dim=32, input_shape=(8, 8, 3), drop_path_rate=0.1
+    )
+    assert [layer.name for layer in model._flatten_layers() if not layer.built] == []

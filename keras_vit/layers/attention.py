@@ -52,6 +52,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             dim, kernel_initializer=_dense_init(), name="out", dtype=self.dtype_policy
         )
         self.out.build(input_shape)
+        self.dropout.build(None)  # called through `run`, which does not mark it built
 
     def _split_heads(self, x):
         batch, tokens = ops.shape(x)[0], ops.shape(x)[1]

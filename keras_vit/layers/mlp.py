@@ -33,6 +33,7 @@ class MLPBlock(keras.layers.Layer):
         self.dense_0.build(input_shape)
         self.dense_1 = Linear(input_shape[-1], name="dense_1", **init)
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+        self.dropout.build(None)  # called through `run`, which does not mark it built
 
     def call(self, x, training=None):
         x = ops.gelu(run(self.dense_0, x), approximate=self.approximate_gelu)

@@ -49,7 +49,7 @@ class TransformerBlock(keras.layers.Layer):
         self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy)
 
     def build(self, input_shape):
-        for layer in (self.ln_1, self.attention, self.ln_2, self.mlp):
+        for layer in (self.ln_1, self.attention, self.dropout, self.ln_2, self.mlp, self.drop_path):
             layer.build(input_shape)
 
     def call(self, x, training=None, return_attention_weights=False):
