@@ -6,7 +6,9 @@ import pytest
 from keras import ops
 
 from keras_vit.layers import MultiHeadSelfAttention
+from keras_vit.layers.attention import _fused_attention
 from keras_vit.layers.linear import Linear, _affine
+from keras_vit.layers.sublayer import run
 from tests.conftest import BACKEND
 
 
@@ -123,3 +125,31 @@ def test_fused_attention_gradients_match_explicit_path(rng, heads):
     np.testing.assert_allclose(fused_value, plain_value, rtol=1e-5)
     for got, want in zip(fused_grads, plain_grads):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_attention_is_keras_attention(rng):
+    """On PyTorch it skips Keras' flash-attention probe, not the computation."""
+    q, k, v = (rng.standard_normal((2, 7, 3, 8)).astype("float32") for _ in range(3))
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(_fused_attention(q, k, v)), ops.convert_to_numpy(ops.dot_product_attention(q, k, v))
+    )
+
+
+def test_sublayer_run_is_the_layer_call_and_keeps_quantised_dispatch(rng):
+    x = rng.standard_normal((3, 4)).astype("float32")
+    layer = keras.layers.Dense(5)
+    layer.build(x.shape)
+    np.testing.assert_array_equal(ops.convert_to_numpy(run(layer, x)), ops.convert_to_numpy(layer(x)))
+    layer.quantize("int8")  # its `call` alone would use the int8 kernel as if it were float
+    np.testing.assert_array_equal(ops.convert_to_numpy(run(layer, x)), ops.convert_to_numpy(layer(x)))
+
+
+def test_built_model_has_every_layer_built():
+    """Sub-layers that `run` calls are built by their parents; an unbuilt one would make every
+    `train_on_batch` build the model symbolically again."""
+    import keras_vit
+
+    model = keras_vit.VisionTransformer(
+        patch_size=4, hidden_dim=16, depth=2, num_heads=2, mlp_dim=32, input_shape=(8, 8, 3), drop_path_rate=0.1
+    )
+    assert [layer.name for layer in model._flatten_layers() if not layer.built] == []

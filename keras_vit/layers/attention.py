@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_vit.layers.fused_attention import dot_product_attention
 from keras_vit.layers.linear import Linear
+from keras_vit.layers.sublayer import run
 
 
 def _dense_init():
@@ -43,17 +44,18 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             dim, kernel_initializer=_dense_init(), name="out", dtype=self.dtype_policy
         )
         self.out.build(input_shape)
+        self.dropout.build(None)  # called through `run`, which does not mark it built
 
     def _split_heads(self, x):
         batch, tokens = ops.shape(x)[0], ops.shape(x)[1]
-        qkv = ops.reshape(self.qkv(x), (batch, tokens, 3, self.num_heads, self.head_dim))
+        qkv = ops.reshape(run(self.qkv, x), (batch, tokens, 3, self.num_heads, self.head_dim))
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
     def _explicit_attention(self, q, k, v, training):
         scale = ops.cast(self.head_dim**-0.5, q.dtype)
         logits = ops.einsum("bqhd,bkhd->bhqk", q * scale, k)
         weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
-        dropped = self.dropout(ops.cast(weights, q.dtype), training=training)
+        dropped = run(self.dropout, ops.cast(weights, q.dtype), training=training)
         return ops.einsum("bhqk,bkhd->bqhd", dropped, v), weights
 
     def call(self, x, training=None, return_attention_weights=False):
@@ -64,7 +66,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         else:
             context = dot_product_attention(q, k, v, training=bool(training))
         batch, tokens = ops.shape(x)[0], ops.shape(x)[1]
-        out = self.out(ops.reshape(context, (batch, tokens, self.num_heads * self.head_dim)))
+        out = run(self.out, ops.reshape(context, (batch, tokens, self.num_heads * self.head_dim)))
         return (out, weights) if return_attention_weights else out
 
     def compute_output_shape(self, input_shape):

@@ -5,6 +5,7 @@ import functools
 import keras
 
 from keras_vit.layers.residual import Float32Stream
+from keras_vit.layers.sublayer import run
 from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON, TransformerBlock
 
 
@@ -81,12 +82,12 @@ class Encoder(Float32Stream, keras.layers.Layer):
     def call(self, x, training=None, return_attention_weights=False):
         weights = []
         for block in self.blocks:
-            call = functools.partial(block, training=training, return_attention_weights=return_attention_weights)
+            call = functools.partial(run, block, training=training, return_attention_weights=return_attention_weights)
             x = keras.remat(call)(x) if training and self._rematerialise(block) else call(x)
             if return_attention_weights:
                 x, w = x
                 weights.append(w)
-        x = self.encoder_norm(x)
+        x = run(self.encoder_norm, x)
         return (x, weights) if return_attention_weights else x
 
     def compute_output_shape(self, input_shape):

@@ -60,9 +60,15 @@ def padded_implementation(dtype, head_dim):
 def dot_product_attention(q, k, v, training=False):
     """Attention over `(batch, tokens, heads, head_dim)`: the padded cuDNN kernel when
     training on a JAX GPU that has it, `keras.ops.dot_product_attention` everywhere else
-    (inference included, where Keras already picks cuDNN for any length)."""
+    (inference included, where Keras already picks cuDNN for any length).
+
+    On PyTorch `flash_attention=False` skips only Keras' flash-attention probe, a pybind11
+    `SDPAParams` that torch.compile cannot trace (a graph break in every block;
+    keras-team/keras#23327): `scaled_dot_product_attention` still picks the flash /
+    memory-efficient kernel itself."""
     if training:
         implementation = padded_implementation(keras.backend.standardize_dtype(q.dtype), q.shape[-1])
         if implementation is not None:
             return padded_attention(q, k, v, implementation=implementation)
-    return ops.dot_product_attention(q, k, v)
+    flash = False if keras.backend.backend() == "torch" else None
+    return ops.dot_product_attention(q, k, v, flash_attention=flash)

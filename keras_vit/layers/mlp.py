@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.linear import Linear
+from keras_vit.layers.sublayer import run
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -32,11 +33,12 @@ class MLPBlock(keras.layers.Layer):
         self.dense_0.build(input_shape)
         self.dense_1 = Linear(input_shape[-1], name="dense_1", **init)
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+        self.dropout.build(None)  # called through `run`, which does not mark it built
 
     def call(self, x, training=None):
-        x = ops.gelu(self.dense_0(x), approximate=self.approximate_gelu)
-        x = self.dropout(x, training=training)
-        return self.dropout(self.dense_1(x), training=training)
+        x = ops.gelu(run(self.dense_0, x), approximate=self.approximate_gelu)
+        x = run(self.dropout, x, training=training)
+        return run(self.dropout, run(self.dense_1, x), training=training)
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -7,6 +7,7 @@ from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.mlp import MLPBlock
 from keras_vit.layers.residual import Float32Stream
+from keras_vit.layers.sublayer import run
 
 LAYER_NORM_EPSILON = 1e-6
 
@@ -51,16 +52,20 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy)
 
     def build(self, input_shape):
-        for layer in (self.ln_1, self.attention, self.ln_2, self.mlp):
+        for layer in (self.ln_1, self.attention, self.dropout, self.ln_2, self.mlp, self.drop_path):
             layer.build(input_shape)
 
     def call(self, x, training=None, return_attention_weights=False):
-        y = self.attention(self.ln_1(x), training=training, return_attention_weights=return_attention_weights)
+        y = run(
+            self.attention, run(self.ln_1, x), training=training, return_attention_weights=return_attention_weights
+        )
         if return_attention_weights:
             y, weights = y
         # ops.add promotes the bfloat16 branch to the float32 stream (TensorFlow's `+` does not).
-        x = ops.add(x, self.drop_path(self.dropout(y, training=training), training=training))
-        x = ops.add(x, self.drop_path(self.mlp(self.ln_2(x), training=training), training=training))
+        y = run(self.dropout, y, training=training)
+        x = ops.add(x, run(self.drop_path, y, training=training))
+        y = run(self.mlp, run(self.ln_2, x), training=training)
+        x = ops.add(x, run(self.drop_path, y, training=training))
         return (x, weights) if return_attention_weights else x
 
     def compute_output_shape(self, input_shape):
