@@ -6,7 +6,7 @@ import pytest
 from keras import ops
 
 from keras_vit.layers import MultiHeadSelfAttention
-from keras_vit.layers.attention import _fused_attention
+from keras_vit.layers.fused_attention import dot_product_attention
 from keras_vit.layers.linear import Linear, _affine
 from keras_vit.layers.sublayer import run
 from tests.conftest import BACKEND
@@ -128,10 +128,11 @@ def test_fused_attention_gradients_match_explicit_path(rng, heads):
 
 
 def test_fused_attention_is_keras_attention(rng):
-    """On PyTorch it skips Keras' flash-attention probe, not the computation."""
+    """Outside a JAX GPU's training path it is Keras' attention; on PyTorch it skips Keras'
+    flash-attention probe, not the computation."""
     q, k, v = (rng.standard_normal((2, 7, 3, 8)).astype("float32") for _ in range(3))
     np.testing.assert_array_equal(
-        ops.convert_to_numpy(_fused_attention(q, k, v)), ops.convert_to_numpy(ops.dot_product_attention(q, k, v))
+        ops.convert_to_numpy(dot_product_attention(q, k, v)), ops.convert_to_numpy(ops.dot_product_attention(q, k, v))
     )
 
 
