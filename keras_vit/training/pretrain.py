@@ -16,7 +16,6 @@ import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.training import checkpointing, distribution, masked_patch, pipeline, precision, trainer
-from keras_vit.training.data import load_source
 from keras_vit.training.recipes import TrainConfig, recipe
 
 OBJECTIVE = ("mask_rate", "mask_split", "mask_target", "color_bits")
@@ -92,21 +91,7 @@ def pretrain(config=None, *, data=None, callbacks=(), resume=True, **overrides):
 
 
 def _run(config, plan, data, extra_callbacks, resume, started):
-    source = load_source(
-        config.data if data is None else data,
-        data_dir=config.data_dir,
-        manual_dir=config.manual_dir,
-        download=config.download,
-        train_split=config.train_split,
-        val_split=config.val_split,
-        val_fraction=config.val_fraction,
-        on_corrupt=config.on_corrupt,
-        seed=config.seed,
-    )
-    batch = plan.per_process_batch(config.micro_batch_size)
-    shards = plan.shard[0]
-    examples = pipeline.shard_size(source.train_size, shards, shards - 1) * shards
-    steps_per_epoch, epochs = trainer.schedule_steps(config, examples)
+    source, batch, steps_per_epoch, epochs = trainer.load_and_plan(config, plan, data)
 
     encoder = build_encoder(config)
     model = masked_patch.build_pretraining_model(encoder, config.mask_target, config.color_bits)
@@ -126,6 +111,7 @@ def _run(config, plan, data, extra_callbacks, resume, started):
         fingerprint=_fingerprint(config, source),
         write=plan.is_chief,
     )
+    state.tidy()  # what a run killed while saving left behind
     start = state.restore(model) if resume else 0
     if plan.is_chief:
         os.makedirs(config.run_dir, exist_ok=True)

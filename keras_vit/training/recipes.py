@@ -279,6 +279,21 @@ def parse_value(key, text):
     raise ValueError(f"Bad value for {key}: {text!r} ({'; '.join(errors)}).")
 
 
+# The small ViT and input of the `digits` recipes (supervised and masked patch prediction).
+_DIGITS_VIT = dict(
+    model="custom",
+    patch_size=4,
+    hidden_dim=64,
+    depth=4,
+    num_heads=4,
+    mlp_dim=128,
+    data="digits",
+    image_size=16,
+    crop_area=(0.8, 1.0),
+    crop_aspect=(0.8, 1.25),
+    flip=False,
+)
+
 RECIPES = {
     "finetune": dict(
         model="ViTB16",
@@ -323,18 +338,8 @@ RECIPES = {
         precision="auto",
     ),
     "digits": dict(
-        model="custom",
-        patch_size=4,
-        hidden_dim=64,
-        depth=4,
-        num_heads=4,
-        mlp_dim=128,
+        **_DIGITS_VIT,
         pooling="avg",
-        data="digits",
-        image_size=16,
-        crop_area=(0.8, 1.0),
-        crop_aspect=(0.8, 1.25),
-        flip=False,
         batch_size=64,
         epochs=40,
         optimizer="adamw",
@@ -367,17 +372,7 @@ RECIPES = {
         precision="auto",
     ),
     "masked_patch_digits": dict(
-        model="custom",
-        patch_size=4,
-        hidden_dim=64,
-        depth=4,
-        num_heads=4,
-        mlp_dim=128,
-        data="digits",
-        image_size=16,
-        crop_area=(0.8, 1.0),
-        crop_aspect=(0.8, 1.25),
-        flip=False,
+        **_DIGITS_VIT,
         batch_size=64,
         steps=2_000,
         optimizer="adam",

@@ -202,7 +202,9 @@ def train(config=None, *, model=None, data=None, callbacks=(), resume=True, **ov
         keras.config.set_dtype_policy(previous_policy)
 
 
-def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
+def load_and_plan(config, plan, data):
+    """`(source, per-process batch, steps per epoch, epochs)` of a run: the data source of
+    the recipe (or `data`) and the steps every process takes."""
     source = load_source(
         config.data if data is None else data,
         data_dir=config.data_dir,
@@ -217,7 +219,11 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
     batch = plan.per_process_batch(config.micro_batch_size)
     shards = plan.shard[0]  # every process plans with the smallest shard: the same steps everywhere
     examples = pipeline.shard_size(source.train_size, shards, shards - 1) * shards
-    steps_per_epoch, epochs = schedule_steps(config, examples)
+    return (source, batch, *schedule_steps(config, examples))
+
+
+def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
+    source, batch, steps_per_epoch, epochs = load_and_plan(config, plan, data)
     augmentation = _augmentation(config)
     one_hot = config.label_smoothing > 0 or augmentation.mixes_labels
 
