@@ -92,7 +92,7 @@ def test_every_option_shows_what_it_takes(capsys):
     for shown in (
         "--optimizer {sgd,adam,adamw}", "--epochs INT", "--clipnorm FLOAT|none", "--flip true|false",
         "--data NAME|DIR|FILE", "--output-dir DIR", "--crop-area MIN,MAX", "--schedule {cosine,linear,constant}",
-        "--precision {auto,float32,mixed_bfloat16,mixed_float16}", "--on-corrupt {skip,error}",
+        "--precision {auto,float32,tf32,mixed_bfloat16,mixed_float16}", "--on-corrupt {skip,error}",
     ):
         assert shown in text, shown
     assert "--format {npz,timm,hf,keras}" in _help(capsys, "convert")

@@ -82,8 +82,13 @@ class Encoder(Float32Stream, keras.layers.Layer):
     def call(self, x, training=None, return_attention_weights=False):
         weights = []
         for block in self.blocks:
-            call = functools.partial(run, block, training=training, return_attention_weights=return_attention_weights)
-            x = keras.remat(call)(x) if training and self._rematerialise(block) else call(x)
+            if training and self._rematerialise(block):
+                # Through `__call__`, which re-enters the dtype scope when the backward pass
+                # recomputes the block (outside this layer's call).
+                call = functools.partial(block, training=training, return_attention_weights=return_attention_weights)
+                x = keras.remat(call)(x)
+            else:
+                x = run(block, x, training=training, return_attention_weights=return_attention_weights)
             if return_attention_weights:
                 x, w = x
                 weights.append(w)
