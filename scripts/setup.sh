@@ -8,3 +8,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -c scripts/constraints-cpu.txt -e ".[all,test]"
+# keras-hub, for the KerasHub interop tests: --no-deps, because its tensorflow-text requirement
+# would pull the full tensorflow over tensorflow-cpu; what it imports (regex and tokenizers, from
+# transformers) comes with the line above.
+.venv/bin/python -m pip install --quiet --no-deps -c scripts/constraints-cpu.txt keras-hub
