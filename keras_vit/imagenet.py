@@ -5,7 +5,6 @@ import json
 from importlib import resources
 
 import numpy as np
-from keras import ops
 
 
 def preprocess_input(x, data_format=None):
@@ -15,6 +14,8 @@ def preprocess_input(x, data_format=None):
     `data_format` is accepted for `keras.applications` compatibility and ignored.
     """
     del data_format
+    from keras import ops
+
     if isinstance(x, np.ndarray):
         return (x.astype(np.float32) - 127.5) / 127.5
     return (ops.cast(x, "float32") - 127.5) / 127.5
@@ -30,6 +31,8 @@ def imagenet_classes():
 
 def decode_predictions(preds, top=5):
     """Top-`top` ImageNet classes per example: a list of lists of `(wordnet_id, name, score)`."""
+    from keras import ops
+
     preds = np.asarray(ops.convert_to_numpy(preds))
     classes = imagenet_classes()
     if preds.ndim != 2 or preds.shape[1] != len(classes):

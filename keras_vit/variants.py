@@ -14,6 +14,9 @@ VARIANTS = {
     "ViTH14": dict(patch_size=14, hidden_dim=1280, depth=32, num_heads=16, mlp_dim=5120),
 }
 
+# The LayerNorm epsilon of the original ViT (Flax's default); Hugging Face files may record another.
+LAYER_NORM_EPSILON = 1e-6
+
 
 def variant(name):
     """The architecture of the variant called `name` (e.g. "ViTB16")."""

@@ -85,7 +85,7 @@ def test_pickle_named_safetensors(tmp_path, capsys):
 
 def test_torch_state_dict_named_safetensors_is_read_as_torch(tmp_path):
     torch = pytest.importorskip("torch")
-    from keras_vit.weights.readers import open_checkpoint
+    from keras_vit.weights.containers import open_checkpoint
 
     torch.save({"w": torch.arange(3.0)}, tmp_path / "weights.safetensors")
     raw = open_checkpoint(tmp_path / "weights.safetensors")

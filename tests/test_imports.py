@@ -75,7 +75,7 @@ def test_cycle_finder_names_the_cycle():
 def test_graph_sees_deferred_and_from_imports():
     graph = import_graph()
     assert "keras_vit.layers" in graph["keras_vit.architecture"]
-    assert "keras_vit.weights.keras_io" in graph["keras_vit.weights.readers"]
+    assert "keras_vit.weights.formats" in graph["keras_vit.weights.reading"]
 
 
 def test_no_import_cycles():

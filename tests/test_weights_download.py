@@ -72,7 +72,7 @@ def test_hash_mismatch_leaves_nothing(server, tiny_npz):
     www, base = server
     shutil.copy(tiny_npz, www / "tiny.npz")
     entry = _entry(f"{base}/tiny.npz", sha256="0" * 64)
-    with pytest.raises(DownloadError, match="does not match the expected 0000"):
+    with pytest.raises(DownloadError, match="file hash does not match the provided value of 0000"):
         fetch(entry)
     assert _leftovers(entry) == []
 
@@ -121,7 +121,7 @@ def test_registry_entries_are_consistent():
         seen.add((e.variant, e.name))
         assert e.url.startswith("https://") and e.file_name.endswith((".npz", ".safetensors"))
         patch = VARIANTS.get(e.variant, {"patch_size": 16})["patch_size"]
-        assert e.resolution % patch == 0 and e.format in ("npz", "safetensors")
+        assert e.resolution % patch == 0 and e.container in ("npz", "safetensors")
     for variant in ("ViTTi16", "ViTS16", "ViTS32", "ViTB16", "ViTB32", "ViTL16"):
         default = registry.find("imagenet", variant)
         assert (default.name, default.resolution, default.classes) == ("augreg_in21k_ft_in1k_224", 224, 1000)
@@ -221,7 +221,7 @@ def test_hub_files_without_huggingface_hub_use_keras_get_file(monkeypatch, tmp_p
 
     origins = []
 
-    def get_file(fname, origin, cache_dir, cache_subdir):
+    def get_file(fname, origin, cache_dir, cache_subdir, file_hash=None):
         origins.append(origin)
         return _safetensors(os.path.join(cache_dir, cache_subdir, fname))
 

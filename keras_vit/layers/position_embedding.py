@@ -1,12 +1,11 @@
 """Learned 1-D position embeddings, resizable to another patch grid."""
 
-import math
-
 import keras
 import numpy as np
 from keras import ops
 
 from keras_vit.layers.residual import Float32Stream
+from keras_vit.patch_grid import grid_size_of
 
 INTERPOLATIONS = ("bilinear", "bicubic")
 
@@ -60,19 +59,6 @@ def resize_grid(grid, new_size, method="bilinear"):
         rows, cols = _cubic_matrix(h, nh), _cubic_matrix(w, nw)
     out = np.einsum("ah,bw,hwd->abd", rows, cols, grid.astype(np.float64))
     return out.astype(np.float32)
-
-
-def grid_size_of(num_patches, grid_hint=None):
-    """The `(h, w)` patch grid for `num_patches` tokens: `grid_hint` if it fits, else square."""
-    if grid_hint is not None and grid_hint[0] * grid_hint[1] == num_patches:
-        return tuple(grid_hint)
-    side = math.isqrt(num_patches)
-    if side * side != num_patches:
-        raise ValueError(
-            f"Cannot map {num_patches} position embeddings onto a 2-D patch grid: not a square "
-            "number and no grid size given."
-        )
-    return side, side
 
 
 def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=None, method="bilinear"):

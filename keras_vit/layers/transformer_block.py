@@ -8,8 +8,7 @@ from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.mlp import MLPBlock
 from keras_vit.layers.residual import Float32Stream
 from keras_vit.layers.sublayer import run
-
-LAYER_NORM_EPSILON = 1e-6
+from keras_vit.variants import LAYER_NORM_EPSILON
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -8,7 +8,8 @@
 - `export(model, path, format)` writes "npz", "timm" or "hf" files; `convert_checkpoint`
   (and `keras-vit convert SRC DST`) converts files without building a model. Both refuse an
   existing output unless `overwrite=True` (`--overwrite`).
-- Hybrid stems plug in through `register_stem(StemLayout(...))` (see `stems`).
+- Each checkpoint format is one module of `keras_vit.weights.formats`, listed in its
+  `FORMATS`; hybrid stems plug in through `register_stem(StemLayout(...))` (see `stems`).
 
 Names are imported on first use.
 """
@@ -19,7 +20,7 @@ lazy_package(
     __name__,
     {
         "Checkpoint": "keras_vit.weights.canonical",
-        "read_checkpoint": "keras_vit.weights.canonical",
+        "read_checkpoint": "keras_vit.weights.reading",
         "DownloadError": "keras_vit.weights.download",
         "fetch": "keras_vit.weights.download",
         "convert_checkpoint": "keras_vit.weights.export",

@@ -1,29 +1,44 @@
-"""A checkpoint in the canonical layout (the original npz key names) plus what it tells about
-the model that produced it."""
+"""The canonical layout every format converts to and from: the key names of the original
+google-research/vision_transformer `.npz` files (SPEC.md section 2), and `Checkpoint`, a
+checkpoint in that layout plus what it tells about the model that produced it."""
 
 import dataclasses
-import logging
+from typing import Optional
 
-from keras_vit.architecture import VARIANTS
-from keras_vit.layers.position_embedding import grid_size_of
-from keras_vit.weights import families, readers, stems
-from keras_vit.weights.layouts import ATTN, LAYOUTS, MLP, POSEMB
-from keras_vit.weights.rules import block_count, convert
+from keras_vit.patch_grid import grid_size_of
+from keras_vit.variants import VARIANTS
+from keras_vit.weights import stems
+from keras_vit.weights.table import Template
 
-logger = logging.getLogger("keras_vit.weights")
-TANH_GELU_ACTS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python_tanh")
+POSEMB = "Transformer/posembed_input/pos_embedding"
+BLOCK = "Transformer/encoderblock_{i}/"
+ATTN = BLOCK + "MultiHeadDotProductAttention_1/"
+MLP = BLOCK + "MlpBlock_3/"
+QKV = ("query", "key", "value")
+HEAD = ("head/kernel", "head/bias")
+PRE_LOGITS = ("pre_logits/kernel", "pre_logits/bias")
+_QUERY = Template(ATTN + "query/kernel")
+
+
+@dataclasses.dataclass(frozen=True)
+class Metadata:
+    """What a checkpoint records besides its tensors (None: not recorded). `approximate_gelu`:
+    the GELU it was trained / run with; `grid`: its patch grid `(rows, columns)`."""
+
+    approximate_gelu: Optional[bool] = None
+    num_heads: Optional[int] = None
+    grid: Optional[tuple] = None
+    layer_norm_epsilon: Optional[float] = None
 
 
 @dataclasses.dataclass
 class Checkpoint:
-    """`tensors`: canonical key -> LazyArray. `family`: the layout it was read from
-    ("original", "timm", "hf", "keras"). `approximate_gelu`: the GELU it was trained / run
-    with (None if unknown). `num_heads`: as stored, or assumed when the layout has no record
-    of it. `grid`: the patch grid, if the checkpoint records it. `layer_norm_epsilon`: as
-    recorded (None: the usual 1e-6)."""
+    """`tensors`: canonical key -> LazyArray. `format`: the name of the format it was read
+    from ("original", "timm", "hf", "keras", ...). `num_heads`: as stored, or assumed when the
+    format has no record of it. The other fields are those of `Metadata`."""
 
     path: str
-    family: str
+    format: str
     tensors: dict
     approximate_gelu: bool = None
     num_heads: int = None
@@ -47,7 +62,8 @@ class Checkpoint:
 
     @property
     def depth(self):
-        return block_count(self.tensors, [ATTN + "query/kernel"])
+        found = [m["i"] for key in self.tensors for m in [_QUERY.match(key)] if m is not None]
+        return max(found) + 1 if found else 0
 
     @property
     def mlp_dim(self):
@@ -91,69 +107,3 @@ def guess_num_heads(hidden_dim):
         if arch["hidden_dim"] == hidden_dim:
             return arch["num_heads"]
     return max(hidden_dim // 64, 1)
-
-
-def _width(raw_tensors, family):
-    key = {"timm": "cls_token", "hf": "embeddings.cls_token", "keras": "class_token/cls"}[family]
-    if key not in raw_tensors:
-        raise ValueError(f"Checkpoint has no class token ({key!r}); keras_vit's ViT needs one.")
-    return raw_tensors[key].shape[-1]
-
-
-def _hf_gelu(config):
-    act = config.get("hidden_act", "gelu")
-    if act in TANH_GELU_ACTS:
-        return True
-    if act == "gelu":
-        return False
-    raise ValueError(f"Hugging Face config hidden_act={act!r}: keras_vit's ViT supports GELU (exact or tanh).")
-
-
-def read_checkpoint(path, num_heads=None):
-    """Opens any supported checkpoint at `path` as a canonical `Checkpoint`.
-
-    `num_heads` is used only for layouts that do not record it (timm, `.weights.h5`); by
-    default the head count of the standard variant of that width is assumed.
-    """
-    raw = readers.open_checkpoint(path)
-    what = f"checkpoint {raw.path}"
-    if raw.container == "keras":
-        family, tensors = "keras", raw.tensors
-    else:
-        family = families.detect_family(raw.tensors)
-        if family is None:
-            sample = ", ".join(repr(k) for k in sorted(raw.tensors)[:5])
-            raise ValueError(
-                f"{raw.path}: unrecognised checkpoint layout (keys like {sample}); expected the "
-                "original ViT npz, timm, Hugging Face transformers or keras_vit weights."
-            )
-        tensors = raw.tensors
-    approximate_gelu, grid, stored_heads, epsilon = None, None, None, None
-    if family == "original":
-        tensors, approximate_gelu = families.original(tensors, raw.path), True
-    elif family == "timm":
-        tensors, approximate_gelu = families.timm(tensors, raw.path), False
-    elif family == "hf":
-        config = raw.meta.get("hf_config", {})
-        tensors = families.hf(tensors, raw.path, config)
-        approximate_gelu = _hf_gelu(config)
-        stored_heads = config.get("num_attention_heads")
-        epsilon = config.get("layer_norm_eps")
-        if "image_size" in config and "patch_size" in config:
-            size = config["image_size"]
-            size = size if isinstance(size, (list, tuple)) else (size, size)
-            grid = tuple(s // config["patch_size"] for s in size)
-    else:
-        approximate_gelu = raw.meta.get("approximate_gelu")
-        stored_heads = raw.meta.get("num_heads")
-        epsilon = raw.meta.get("layer_norm_epsilon")
-    heads = None
-    if family != "original":
-        heads = stored_heads or num_heads or guess_num_heads(_width(tensors, family))
-    tensors = convert(
-        tensors, LAYOUTS[family], to_canonical=True, heads=heads,
-        keymaps=stems.keymaps(family, to_canonical=True), what=what,
-    )
-    if family == "original":
-        heads = tensors[ATTN.format(i=0) + "query/kernel"].shape[1]
-    return Checkpoint(raw.path, family, tensors, approximate_gelu, heads, grid, epsilon)

@@ -1,9 +1,6 @@
 """`keras-vit list-weights [MODEL]` and `keras-vit convert SRC DST`."""
 
-# keras_vit.weights.export.FORMATS, spelled out so that the parser is built without Keras
-# (tests/test_cli.py checks that they agree).
-FORMATS = ("npz", "timm", "hf", "keras")
-
+from keras_vit.weights.formats import export_names  # the registry of formats imports no Keras
 
 def _list(args):
     from keras_vit.weights.registry import weights_table
@@ -31,7 +28,7 @@ def register(subparsers):
     parser.add_argument(
         "dst", metavar="DST", help="output: .npz (original), .safetensors (timm), a folder (Hugging Face), .keras or .weights.h5"
     )
-    parser.add_argument("--format", choices=FORMATS, help="output format (default: from DST's name)")
+    parser.add_argument("--format", choices=export_names(), help="output format (default: from DST's name)")
     parser.add_argument(
         "--num-heads", type=int, metavar="INT", help="attention heads, for sources that do not record them (timm, .weights.h5)"
     )

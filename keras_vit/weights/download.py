@@ -3,24 +3,21 @@
 Files hosted on the Hugging Face hub (timm's) go through the Hugging Face cache when
 `huggingface_hub` is installed, so they share the user's cache, token and mirror (`HF_HOME`,
 `HF_TOKEN`, `HF_ENDPOINT`), and are checked in place. Other files, or without
-`huggingface_hub`, are downloaded with `keras.utils.get_file`:
-a download goes to a private temporary folder next to its cache path, is checked (size and
-sha256 where the registry knows them, and always a full parse of the file, so a truncated or
-corrupt file fails), and only then renamed into place; the folders that killed downloads left
-behind are removed first. A file put at the cache path by hand is used as is, after the same
-checks.
+`huggingface_hub`, are downloaded with `keras.utils.get_file` (which checks the sha256 where
+the registry knows it): a download goes to a private temporary folder next to its cache path,
+is checked (size where known, and always a full parse of the file, so a truncated or corrupt
+file fails), and only then renamed into place; the folders that killed downloads left
+behind are removed first. A file put at the cache path by hand, or found in the Hugging Face
+cache, is used as is, after the same checks and its sha256.
 """
 
 import hashlib
 import logging
 import os
 import re
-import zipfile
-
-import keras
 
 from keras_vit.files import remove, remove_stale, temporary_name
-from keras_vit.weights import readers, safetensors_io
+from keras_vit.weights import containers
 from keras_vit.weights.registry import cache_path
 
 logger = logging.getLogger("keras_vit.weights")
@@ -39,20 +36,14 @@ def sha256_of(path, chunk=2**22):
     return digest.hexdigest()
 
 
-def verify(path, entry):
-    """Raises ValueError unless `path` is a complete, intact copy of `entry`'s file."""
+def verify(path, entry, hashed=False):
+    """Raises ValueError unless `path` is a complete, intact copy of `entry`'s file (its
+    sha256 too, unless `hashed`: already checked by the download)."""
     if entry.size is not None and os.path.getsize(path) != entry.size:
         raise ValueError(f"{path} has {os.path.getsize(path)} bytes, expected {entry.size}.")
-    if entry.sha256 is not None and sha256_of(path) != entry.sha256.lower():
+    if not hashed and entry.sha256 is not None and sha256_of(path) != entry.sha256.lower():
         raise ValueError(f"{path}: sha256 {sha256_of(path)} does not match the expected {entry.sha256}.")
-    container = readers.detect_container(path)
-    if container == "safetensors":
-        safetensors_io.read_header(path)
-    elif container in ("npz", "torch", "keras"):
-        with zipfile.ZipFile(path) as zf:
-            bad = zf.testzip()
-        if bad is not None:
-            raise ValueError(f"{path}: member {bad!r} is corrupt (CRC mismatch).")
+    containers.check_complete(path)
 
 
 def _hub_file(entry):
@@ -112,10 +103,13 @@ def fetch(entry):
     os.makedirs(scratch)
     try:
         try:
+            import keras
+
             path = keras.utils.get_file(
-                fname=entry.file_name, origin=entry.url, cache_dir=scratch, cache_subdir="."
+                fname=entry.file_name, origin=entry.url, cache_dir=scratch, cache_subdir=".",
+                file_hash=entry.sha256 and entry.sha256.lower(),
             )
-            verify(path, entry)
+            verify(path, entry, hashed=True)
         except Exception as error:
             raise _download_error(entry, target, error) from error
         os.replace(path, target)

@@ -1,25 +1,25 @@
-"""Exports a keras_vit model's weights, and converts checkpoint files between formats."""
+"""Exports a keras_vit model's weights, and converts checkpoint files between formats.
+
+Converting between files that do not need a model (npz, timm, Hugging Face) imports no
+Keras; writing a Keras file, or exporting a model, does."""
 
 import os
 
-import keras
 import numpy as np
 
-from keras_vit.architecture import ViTConfig
-from keras_vit.weights import stems
-from keras_vit.files import atomic_path, check_target
+from keras_vit.files import check_target
+from keras_vit.weights import formats, variables
 from keras_vit.weights.canonical import Checkpoint
-from keras_vit.weights.layouts import KERAS
 from keras_vit.weights.lazy import LazyArray
-from keras_vit.weights.loader import PretrainedWeights, build_with_weights, weights_checkpoint
-from keras_vit.weights.rules import convert
-from keras_vit.weights.writers import WRITERS
+from keras_vit.weights.reading import weights_checkpoint
 
-FORMATS = (*WRITERS, "keras")
+FORMATS = formats.export_names()
 
 
 def model_checkpoint(model):
     """The weights of a keras_vit Vision Transformer as a canonical `Checkpoint`."""
+    import keras
+
     try:
         encoder = model.get_layer("encoder")
         grid = model.get_layer("posembed_input").grid_size
@@ -34,10 +34,7 @@ def model_checkpoint(model):
         )
         for v in model.weights
     }
-    tensors = convert(
-        tensors, KERAS, to_canonical=True, heads=encoder.num_heads,
-        keymaps=stems.keymaps("keras", to_canonical=True), what=f"model {model.name!r}",
-    )
+    tensors = variables.to_canonical(tensors, encoder.num_heads, f"model {model.name!r}")
     return Checkpoint(
         model.name, "keras", tensors, encoder.approximate_gelu, encoder.num_heads, tuple(grid), encoder.layer_norm_epsilon
     )
@@ -51,27 +48,12 @@ def export(model, path, format="npz", overwrite=False):
     - "timm": a timm `VisionTransformer` state dict as `.safetensors`;
     - "hf": a Hugging Face transformers folder (`config.json`, `model.safetensors`) that
       `ViTForImageClassification.from_pretrained` (or `ViTModel`, without a head) loads; its
-      `hidden_act` is the model's GELU ("gelu_pytorch_tanh" for the tanh approximation).
+      `hidden_act` is the model's GELU ("gelu_pytorch_tanh" for the tanh approximation);
+    - any other name of `keras_vit.weights.formats.export_names()`.
     """
-    if format not in WRITERS:
-        raise ValueError(f"Unknown export format {format!r}; expected one of {tuple(WRITERS)}.")
-    check_target(path, overwrite=overwrite, folder=format == "hf")
-    WRITERS[format](os.fspath(path), model_checkpoint(model))
-
-
-def _output_format(dst):
-    if dst.endswith(".npz"):
-        return "npz"
-    if dst.endswith(".safetensors"):
-        return "timm"
-    if dst.endswith((".keras", ".weights.h5")):
-        return "keras"
-    if os.path.isdir(dst) or not os.path.splitext(dst)[1]:
-        return "hf"
-    raise ValueError(
-        f"Cannot tell the output format from {dst!r}; pass format= one of {FORMATS} "
-        "(.npz -> npz, .safetensors -> timm, .keras / .weights.h5 -> keras, a folder -> hf)."
-    )
+    fmt = formats.by_option(format)
+    check_target(path, overwrite=overwrite, folder=fmt.folder)
+    fmt.write(os.fspath(path), model_checkpoint(model))
 
 
 def convert_checkpoint(src, dst, format=None, num_heads=None, overwrite=False):
@@ -80,24 +62,6 @@ def convert_checkpoint(src, dst, format=None, num_heads=None, overwrite=False):
     name. `num_heads` is needed only for sources that do not record it (timm, `.weights.h5`)
     when the standard variant's count would be wrong."""
     dst = os.fspath(dst)
-    format = format or _output_format(dst)
-    if format not in FORMATS:
-        raise ValueError(f"Unknown format {format!r}; expected one of {FORMATS}.")
-    check_target(dst, overwrite=overwrite, folder=format == "hf")
-    ckpt = weights_checkpoint(src, num_heads=num_heads)
-    if format != "keras":
-        WRITERS[format](dst, ckpt)
-        return
-    if ckpt.stem is not None:
-        raise ValueError(
-            f"{ckpt.path} has a {ckpt.stem.name} stem: build the hybrid model with weights=... "
-            "and save it with model.save() instead."
-        )
-    config = ViTConfig(**ckpt.architecture(), include_top=ckpt.classes is not None, classes=ckpt.classes or 1000)
-    model = build_with_weights(config, PretrainedWeights(ckpt))
-    suffix = ".weights.h5" if dst.endswith(".weights.h5") else ".keras"
-    with atomic_path(dst) as tmp:
-        if suffix == ".keras":
-            model.save(tmp)
-        else:
-            model.save_weights(tmp)
+    fmt = formats.by_option(format) if format else formats.for_output(dst)
+    check_target(dst, overwrite=overwrite, folder=fmt.folder)
+    fmt.write(dst, weights_checkpoint(src, num_heads=num_heads))

@@ -1,5 +1,5 @@
-"""The numerical convention of the hybrid R50+ViT-B/16's checkpoints (the key mapping of its
-stem is `bit_stem`, its named checkpoints are rows of `registry.ENTRIES`).
+"""The numerical convention of the hybrid R50+ViT-B/16's checkpoints (its stem's key rows are
+in the format modules' tables, its named checkpoints are rows of `registry.ENTRIES`).
 
 Kernels are stored raw in every layout: `WeightStandardizedConv2D` standardises them at run
 time, as the original does. The original and timm standardise slightly differently (see
@@ -10,12 +10,10 @@ the checkpoint's source (`stem_numerics`).
 import os
 
 from keras_vit.layers.resnet import ORIGINAL_NUMERICS, TIMM_NUMERICS
-from keras_vit.weights import registry
-from keras_vit.weights.bit_stem import VARIANT
+from keras_vit.weights import containers, formats, registry
 from keras_vit.weights.canonical import Checkpoint
-from keras_vit.weights.families import detect_family
 from keras_vit.weights.loader import PretrainedWeights
-from keras_vit.weights.readers import open_checkpoint
+from keras_vit.weights.stems import BIT_RESNET
 
 
 def stem_numerics(weights):
@@ -24,12 +22,12 @@ def stem_numerics(weights):
     the original's otherwise. Reads only the file's key names."""
     source = weights.source if isinstance(weights, PretrainedWeights) else weights
     if isinstance(source, Checkpoint):
-        family = source.family
+        name = source.format
     elif isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.exists(source)):
-        raw = open_checkpoint(source)
-        family = None if raw.container == "keras" else detect_family(raw.tensors)
+        fmt = formats.detect(containers.open_checkpoint(source))
+        name = fmt.name if fmt else None
     elif isinstance(source, str):
-        family = "timm" if registry.find(source, VARIANT).format == "safetensors" else "original"
+        name = "timm" if registry.find(source, BIT_RESNET.variant).container == "safetensors" else "original"
     else:
-        family = None
-    return dict(TIMM_NUMERICS if family == "timm" else ORIGINAL_NUMERICS)
+        name = None
+    return dict(TIMM_NUMERICS if name == "timm" else ORIGINAL_NUMERICS)

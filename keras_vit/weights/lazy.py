@@ -7,13 +7,13 @@ own size. Layout conversions (transpose, reshape, row slices, a leading index) c
 
 import zlib
 
+import ml_dtypes
 import numpy as np
 
 
-def decode_bfloat16(raw):
-    """bfloat16 bit patterns (any 2-byte dtype) -> float32."""
-    bits = np.ascontiguousarray(raw).view(np.uint16).astype(np.uint32) << 16
-    return bits.view(np.float32)
+def bfloat16_to_float32(raw):
+    """bfloat16 values stored as any 2-byte dtype -> float32."""
+    return np.ascontiguousarray(raw).view(ml_dtypes.bfloat16).astype(np.float32)
 
 
 class LazyArray:
@@ -116,7 +116,7 @@ class FileArray(LazyArray):
         if self.crc is not None:
             self.crc.update(self.offset, raw)
         raw = raw.reshape(self.shape)
-        return decode_bfloat16(raw) if self.bfloat16 else raw
+        return bfloat16_to_float32(raw) if self.bfloat16 else raw
 
     def _sub(self, offset, shape):
         return FileArray(self.path, offset, self.stored_dtype, shape, self.source, self.bfloat16, self.crc)

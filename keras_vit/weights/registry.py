@@ -23,8 +23,8 @@ written, so they are None: such files are checked by parsing them completely ins
 import dataclasses
 import os
 
-from keras_vit.architecture import VARIANTS
-from keras_vit.weights.stems import stem_of_layer
+from keras_vit.variants import VARIANTS
+from keras_vit.weights import stems
 
 GCS = "https://storage.googleapis.com/vit_models/"
 HUB = "https://huggingface.co/timm/{}/resolve/main/model.safetensors"
@@ -34,14 +34,15 @@ FT_384 = "imagenet21k%2Bimagenet2012/"
 @dataclasses.dataclass(frozen=True)
 class WeightsEntry:
     """One downloadable checkpoint. `classes`: head size (None: no head);
-    `representation_size`: width of its pre_logits layer (None: none)."""
+    `representation_size`: width of its pre_logits layer (None: none); `container`: its
+    file kind ("npz", "safetensors")."""
 
     variant: str
     name: str
     resolution: int
     classes: int
     representation_size: int
-    format: str
+    container: str
     url: str
     license: str = "apache-2.0"
     sha256: str = None
@@ -56,7 +57,7 @@ class WeightsEntry:
     def description(self):
         head = f"{self.classes} classes" if self.classes else "no head"
         pre = f", pre_logits {self.representation_size}" if self.representation_size else ""
-        return f"{self.resolution}px, {head}{pre}, {self.format}"
+        return f"{self.resolution}px, {head}{pre}, {self.container}"
 
 
 def _orig(variant, file, width):
@@ -151,7 +152,7 @@ def entries(variant=None):
 def variant_of(config):
     """The variant name of a `ViTConfig` (None for a custom architecture)."""
     if config.stem is not None:
-        layout = stem_of_layer(config.stem)
+        layout = stems.stem_of_layer(config.stem)
         return layout.variant if layout else None
     return next((name for name, arch in VARIANTS.items() if arch == config.architecture), None)
 
@@ -196,12 +197,12 @@ def weights_table(model=None):
     if not rows:
         return f"(no named checkpoints for {model})"
     defaults = {(v, _alias_target(v, "imagenet")) for v in {e.variant for e in rows}}
-    lines = [f"{'model':<9} {'weights':<45} {'res':>4} {'classes':>7} {'pre_logits':>10} {'format':<11} license"]
+    lines = [f"{'model':<9} {'weights':<45} {'res':>4} {'classes':>7} {'pre_logits':>10} {'container':<11} license"]
     for e in rows:
         mark = "  (default: 'imagenet')" if (e.variant, e.name) in defaults else ""
         lines.append(
             f"{e.variant:<9} {e.name:<45} {e.resolution:>4} {e.classes or '-':>7} "
-            f"{e.representation_size or '-':>10} {e.format:<11} {e.license}{mark}\n{'':<10}{e.url}"
+            f"{e.representation_size or '-':>10} {e.container:<11} {e.license}{mark}\n{'':<10}{e.url}"
         )
     return "\n".join(lines)
 

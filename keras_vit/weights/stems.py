@@ -1,61 +1,62 @@
 """The extension point for hybrid stems (a CNN that feeds the patch embedding).
 
-A module describing a stem registers a `StemLayout`: which canonical (original npz) keys belong
-to the stem, and for each other layout a pair of one-key mapping functions. Example, for the
-BiT ResNet of R50+ViT-B/16 (canonical `conv_root/kernel`, timm
-`patch_embed.backbone.stem.conv.weight`)::
+A `StemLayout` says which canonical (original npz) keys belong to a stem, which layer class
+holds it in a model, and, for each format other than the original (whose keys are canonical
+already), the key-table rows of its weights (`keras_vit.weights.table.Row`). Example, a stem
+whose canonical `conv_root/kernel` timm calls `patch_embed.backbone.stem.conv.weight`::
 
-    def timm_to_npz(key):          # -> (canonical key, transform or None) | None
-        if key == "patch_embed.backbone.stem.conv.weight":
-            return "conv_root/kernel", lambda a: a.transpose(2, 3, 1, 0)
-        ...
+    from keras_vit.weights.table import Row
+    from keras_vit.weights.transforms import conv_to_canonical, conv_from_canonical
 
     register_stem(StemLayout(
-        name="resnetv2_r50", layer_class=ResNetStem, variant="ViTR50B16",
-        canonical_prefixes=("conv_root/", "gn_root/", "block1/", "block2/", "block3/"),
-        keymaps={"timm": (timm_to_npz, npz_to_timm), "keras": (keras_to_npz, npz_to_keras)},
+        name="my_resnet", layer_class=MyStem, canonical_prefixes=("conv_root/", "block1/"),
+        rows={
+            "timm": (Row("conv_root/kernel", "patch_embed.backbone.stem.conv.weight",
+                         conv_to_canonical, conv_from_canonical, optional=True), ...),
+            "keras": (Row("conv_root/kernel", "stem/conv_root/kernel", optional=True), ...),
+        },
     ))
 
-Transforms take and return `keras_vit.weights.lazy.LazyArray` (`transpose`, `reshape`, ...).
-The "keras" pair maps Keras variable paths (e.g. `stem/conv_root/kernel`) of the stem layer.
-Original npz files need no keymap: their stem keys are canonical already.
+The "keras" rows map the variable paths of the stem layer (named "stem" in a model). The
+built-in BiT ResNet of R50+ViT-B/16 is registered here; its rows are part of the format
+modules' own tables. Nothing here imports Keras (`layer_class` may be given as
+"module:Class", imported when a model is at hand).
 """
 
 import dataclasses
-
-from keras_vit.layers.resnet import ResNetV2Stem
-from keras_vit.weights import bit_stem
+import importlib
 
 
 @dataclasses.dataclass(frozen=True)
 class StemLayout:
-    """How a stem's weights are named. `keymaps`: layout ("timm", "hf", "keras") -> pair
-    `(to_canonical, from_canonical)` of functions `key -> (other_key, transform | None) | None`.
-    `variant`: the name used to look up its named checkpoints in the registry."""
+    """How a stem's weights are named. `rows`: format name -> key-table rows of its weights
+    in that format. `variant`: the name its named checkpoints are registered under."""
 
     name: str
-    layer_class: type
+    layer_class: object
     canonical_prefixes: tuple
-    keymaps: dict
+    rows: dict = dataclasses.field(default_factory=dict)
     variant: str = None
 
     def owns(self, canonical_key):
         return canonical_key.startswith(self.canonical_prefixes)
 
+    def layer_type(self):
+        if isinstance(self.layer_class, str):
+            module, _, name = self.layer_class.partition(":")
+            return getattr(importlib.import_module(module), name)
+        return self.layer_class
 
-# The built-in stems; `register_stem` adds others.
-_STEMS = [
-    StemLayout(
-        name="bit_resnet",
-        layer_class=ResNetV2Stem,
-        canonical_prefixes=bit_stem.CANONICAL_PREFIXES,
-        keymaps={
-            "timm": (bit_stem.timm_to_canonical, bit_stem.canonical_to_timm),
-            "keras": (bit_stem.keras_to_canonical, bit_stem.canonical_to_keras),
-        },
-        variant=bit_stem.VARIANT,
-    ),
-]
+
+BIT_RESNET = StemLayout(
+    name="bit_resnet",
+    layer_class="keras_vit.layers.resnet:ResNetV2Stem",
+    canonical_prefixes=("conv_root/", "gn_root/") + tuple(f"block{i}/" for i in range(1, 10)),
+    variant="R50ViTB16",
+)
+
+# The registered stems; `register_stem` adds others.
+_STEMS = [BIT_RESNET]
 
 
 def register_stem(layout):
@@ -70,16 +71,14 @@ def stem_of_keys(canonical_keys):
 
 def stem_of_layer(layer):
     """The registered stem layout of a stem layer, or None."""
-    return next((s for s in _STEMS if isinstance(layer, s.layer_class)), None)
+    return next((s for s in _STEMS if isinstance(layer, s.layer_type())), None)
 
 
-def keymaps(layout, to_canonical):
-    """One-key mapping functions of all registered stems for `layout`."""
-    if layout == "original":
-        return [_identity(s) for s in _STEMS]
-    index = 0 if to_canonical else 1
-    return [s.keymaps[layout][index] for s in _STEMS if layout in s.keymaps]
+def owns_key(canonical_key):
+    """Whether a registered stem owns the canonical key."""
+    return any(s.owns(canonical_key) for s in _STEMS)
 
 
-def _identity(stem):
-    return lambda key: (key, None) if stem.owns(key) else None
+def rows(format_name):
+    """The key-table rows that registered stems define for the format `format_name`."""
+    return tuple(row for s in _STEMS for row in s.rows.get(format_name, ()))

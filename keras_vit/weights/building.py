@@ -1,0 +1,145 @@
+"""Builds the Vision Transformer of a canonical `Checkpoint` and assigns its weights."""
+
+import dataclasses
+import logging
+
+import numpy as np
+
+from keras_vit.architecture import build_model, image_shape
+from keras_vit.layers.position_embedding import resize_position_embedding
+from keras_vit.variants import LAYER_NORM_EPSILON
+from keras_vit.weights import stems, variables
+from keras_vit.weights.canonical import ATTN, HEAD, MLP, POSEMB, PRE_LOGITS
+from keras_vit.weights.lazy import LazyArray
+
+logger = logging.getLogger("keras_vit.weights")
+
+
+def _mismatch(ckpt, key, expected):
+    actual = ckpt.shape(key)
+    if actual is None or len(actual) != len(expected):
+        return f"{key}: checkpoint shape {actual}, the model expects {expected}"
+    if all(e is None or a == e for a, e in zip(actual, expected)):
+        return None
+    return f"{key} ({ckpt.tensors[key].source}): checkpoint shape {actual}, the model expects {tuple(expected)}"
+
+
+def check_architecture(ckpt, config):
+    """Raises ValueError naming every key whose shape does not fit `config`."""
+    p, d, m, h = config.patch_size, config.hidden_dim, config.mlp_dim, config.num_heads
+    problems = [
+        _mismatch(ckpt, "embedding/kernel", (p, p, None, d)),
+        _mismatch(ckpt, MLP.format(i=0) + "Dense_0/kernel", (d, m)),
+    ]
+    if d % h == 0:
+        problems.append(_mismatch(ckpt, ATTN.format(i=0) + "query/kernel", (d, h, d // h)))
+    if ckpt.depth != config.depth:
+        problems.append(
+            f"the checkpoint has {ckpt.depth} encoder blocks (Transformer/encoderblock_0.."
+            f"{ckpt.depth - 1}), the model has {config.depth}"
+        )
+    stem, model_stem = ckpt.stem, config.stem
+    if stem is not None and model_stem is None:
+        problems.append(f"the checkpoint has a {stem.name} stem ({', '.join(stem.canonical_prefixes)}); the model has none")
+    if model_stem is not None and stem is not stems.stem_of_layer(model_stem):
+        problems.append(f"the model has a {type(model_stem).__name__} stem; the checkpoint has {stem.name if stem else 'none'}")
+    if config.include_top and config.representation_size:
+        problems.append(_mismatch(ckpt, "pre_logits/kernel", (d, config.representation_size)))
+    problems = [p for p in problems if p]
+    if problems:
+        raise ValueError(f"Checkpoint {ckpt.path} does not fit the model:\n  " + "\n  ".join(problems))
+
+
+def select_head(ckpt, config):
+    """The canonical tensors to load: the head kept only if it fits, pre_logits only if asked
+    for. Logs when the model gets a new zero-initialised head."""
+    tensors = dict(ckpt.tensors)
+    has_pre, classes = "pre_logits/kernel" in tensors, ckpt.classes
+    if not config.include_top:
+        for key in HEAD + PRE_LOGITS:
+            tensors.pop(key, None)
+        return tensors, False
+    want_pre = bool(config.representation_size)
+    if not want_pre:
+        for key in PRE_LOGITS:
+            tensors.pop(key, None)
+    if classes == config.classes and has_pre == want_pre:
+        return tensors, False
+    for key in HEAD:
+        tensors.pop(key, None)
+    if classes is None:
+        reason = "the checkpoint has no head"
+    elif classes != config.classes:
+        reason = f"the checkpoint's head has {classes} classes"
+    else:
+        reason = "the checkpoint's head sits on its pre_logits layer, which is dropped"
+    logger.warning(
+        "New zero-initialised head with %d classes (%s): train it before use, as in "
+        "fine-tuning. Checkpoint: %s", config.classes, reason, ckpt.path,
+    )
+    return tensors, True
+
+
+def _resized_posemb(posemb, old_grid, new_grid, method):
+    if old_grid == tuple(new_grid):
+        return posemb
+    logger.info("Resizing position embeddings from %s to %s (%s).", old_grid, tuple(new_grid), method)
+    return LazyArray(
+        (1, 1 + new_grid[0] * new_grid[1], posemb.shape[-1]),
+        np.float32,
+        lambda: resize_position_embedding(posemb.load(), new_grid, old_grid=old_grid, method=method),
+        posemb.source,
+    )
+
+
+def assign(model, ckpt, tensors, interpolation="bilinear", new=()):
+    """Loads canonical `tensors` of `ckpt` into `model`, resizing the position embeddings to
+    the model's grid. Every model variable except those in `new` must receive a value of its
+    exact shape; nothing is assigned unless all do."""
+    tensors = dict(tensors)
+    grid = model.get_layer("posembed_input").grid_size
+    tensors[POSEMB] = _resized_posemb(tensors[POSEMB], ckpt.patch_grid, grid, interpolation)
+    values = variables.from_canonical(tensors, ckpt.num_heads, f"checkpoint {ckpt.path}")
+    by_path = {v.path: v for v in model.weights}
+    problems = [f"{k} ({v.source}): the model has no such variable" for k, v in values.items() if k not in by_path]
+    for path, variable in by_path.items():
+        if path not in values:
+            if path not in new:
+                problems.append(f"{path}: no value in the checkpoint")
+        elif values[path].shape != tuple(variable.shape):
+            problems.append(
+                f"{path} ({values[path].source}): checkpoint shape {values[path].shape}, the model "
+                f"expects {tuple(variable.shape)}"
+            )
+    if problems:
+        raise ValueError(f"Checkpoint {ckpt.path} does not fit the model:\n  " + "\n  ".join(problems))
+    for path, variable in by_path.items():
+        if path in values:
+            variable.assign(values[path].load().astype(variable.dtype, copy=False))
+
+
+def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=None, input_tensor=None):
+    """The model for the `ViTConfig` `config` holding `ckpt`'s weights. Defaults follow the
+    checkpoint: input size (its resolution), GELU flavour (tanh for the original npz files,
+    exact for timm / Hugging Face) and LayerNorm epsilon."""
+    check_architecture(ckpt, config)
+    config = dataclasses.replace(
+        config,
+        approximate_gelu=(True if ckpt.approximate_gelu is None else ckpt.approximate_gelu)
+        if config.approximate_gelu is None else config.approximate_gelu,
+        layer_norm_epsilon=(ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON)
+        if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
+    )
+    default_size = tuple(g * config.stride for g in ckpt.patch_grid)
+    if input_shape is None and input_tensor is None:
+        input_shape = (*default_size, ckpt.channels if config.stem is None else 3)
+    shape = image_shape(input_shape, input_tensor, config.stride, need_rgb=False)
+    if config.stem is None and shape[-1] != ckpt.channels:
+        raise ValueError(
+            f"input_shape={shape} has {shape[-1]} channels; the checkpoint's embedding/kernel "
+            f"{ckpt.shape('embedding/kernel')} takes {ckpt.channels}."
+        )
+    tensors, new_head = select_head(ckpt, config)
+    model = build_model(config, shape, input_tensor, default_size)
+    assign(model, ckpt, tensors, interpolation, new=HEAD if new_head else ())
+    return model

@@ -1,0 +1,66 @@
+"""`Format`: everything keras_vit knows about one checkpoint family's key layout, in one object.
+
+A format module (`formats/timm.py`, ...) defines one `FORMAT = Format(...)`, and
+`formats/__init__.py` lists it in `FORMATS`; detection, `convert`'s output choice,
+`export(format=)` and the command line's choices all come from that list.
+
+The callables:
+
+- `detect(raw) -> bool`: whether a `containers.RawCheckpoint` (its `container`, its keys,
+  its `meta`) is in this format. Formats are tried in the order of `FORMATS`.
+- `prepare(raw) -> dict`: key -> LazyArray in the names of `table`'s `theirs` side: the
+  clean-up of the variants found in the wild (prefixes, old spellings, a missing class-token
+  row). None: `raw.tensors` as they are.
+- `metadata(raw, tensors) -> Metadata`: what the checkpoint records besides its tensors
+  (GELU flavour, heads, grid, LayerNorm epsilon); `tensors` are `prepare`'s. None: nothing.
+- `write(path, checkpoint)`: writes a canonical `Checkpoint` at `path` (a file, or a folder
+  when `folder`), atomically; `path` is free (the caller checked). None: read-only format.
+"""
+
+import dataclasses
+from typing import Callable, Optional
+
+from keras_vit.weights import stems
+from keras_vit.weights.table import Table
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """`name`: `Checkpoint.format` ("original", "timm", "hf", "keras", ...). `table`: its key
+    table (the rows of registered stems for `name` are added to it). `suffixes`: output names
+    that choose it in `convert` (e.g. `(".safetensors",)`); `folder`: `write` makes a folder
+    (an output without suffix, or an existing folder, chooses it). `export_name`: its name in
+    `export(format=)` / `convert --format` (default `name`). `canonical_keys`: its keys are the
+    canonical ones, so the keys of registered stems pass through as they are."""
+
+    name: str
+    table: Table
+    detect: Callable
+    prepare: Optional[Callable] = None
+    metadata: Optional[Callable] = None
+    write: Optional[Callable] = None
+    suffixes: tuple = ()
+    folder: bool = False
+    export_name: Optional[str] = None
+    canonical_keys: bool = False
+
+    @property
+    def option(self):
+        """The user-facing name (`export(format=...)`)."""
+        return self.export_name or self.name
+
+    def full_table(self):
+        """`table` plus the rows that registered stems define for this format."""
+        return self.table + stems.rows(self.name)
+
+    def _keep(self):
+        return stems.owns_key if self.canonical_keys else None
+
+    def to_canonical(self, tensors, heads=None, what="checkpoint"):
+        """Canonical tensors of `tensors` (in this format's names); raises ValueError naming
+        missing and unexpected keys."""
+        return self.full_table().to_canonical(tensors, heads, what, keep=self._keep())
+
+    def from_canonical(self, tensors, heads=None, what="checkpoint"):
+        """This format's tensors of canonical `tensors`."""
+        return self.full_table().from_canonical(tensors, heads, what, keep=self._keep())

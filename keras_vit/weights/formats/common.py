@@ -1,0 +1,45 @@
+"""Rows and clean-ups shared by several formats: the PyTorch layouts' common rows (timm and
+Hugging Face differ only in names and in their q/k/v projections), and the zero class-token
+row that position embeddings stored without one get."""
+
+import numpy as np
+
+from keras_vit.weights.canonical import ATTN, BLOCK, MLP, POSEMB
+from keras_vit.weights.lazy import LazyArray, concat
+from keras_vit.weights.table import Row, pairs
+from keras_vit.weights.transforms import conv_from_canonical, conv_to_canonical, heads_to_out, out_to_heads, transpose
+
+
+def norm_rows(canonical, theirs, weight="weight", bias="bias"):
+    """A LayerNorm: canonical `scale`, `bias` <-> `theirs + weight`, `theirs + bias`."""
+    return pairs((canonical + "scale", theirs + weight), (canonical + "bias", theirs + bias))
+
+
+def linear_row(canonical, theirs, optional=False):
+    """A Dense layer: kernel `(in, out)` <-> PyTorch weight `(out, in)`, bias as is."""
+    return Row(
+        (canonical + "kernel", canonical + "bias"), (theirs + "weight", theirs + "bias"), transpose, transpose, optional
+    )
+
+
+def torch_rows(patch, cls, pos, ln1, ln2, out, fc1, fc2, norm, pre_logits, head):
+    """The rows of a PyTorch ViT state dict except the q/k/v projections, from its names."""
+    return (
+        Row("embedding/kernel", patch + "weight", conv_to_canonical, conv_from_canonical),
+        *pairs(("embedding/bias", patch + "bias"), ("cls", cls), (POSEMB, pos)),
+        *norm_rows(BLOCK + "LayerNorm_0/", ln1),
+        Row(ATTN + "out/kernel", out + "weight", out_to_heads, heads_to_out),
+        *pairs((ATTN + "out/bias", out + "bias")),
+        *norm_rows(BLOCK + "LayerNorm_2/", ln2),
+        linear_row(MLP + "Dense_0/", fc1),
+        linear_row(MLP + "Dense_1/", fc2),
+        *norm_rows("Transformer/encoder_norm/", norm),
+        linear_row("pre_logits/", pre_logits, optional=True),
+        linear_row("head/", head, optional=True),
+    )
+
+
+def with_class_row(posemb):
+    """A `(1, N, D)` position embedding with a zero class-token row put first."""
+    zeros = np.zeros((1, 1, posemb.shape[-1]), posemb.dtype)
+    return concat([LazyArray.wrap(zeros, "class-token row"), posemb], axis=1, source=posemb.source)

@@ -1,0 +1,80 @@
+"""keras_vit's own files, `.weights.h5` and `.keras`: the variable paths of its models (the
+table of `keras_vit.weights.variables`). A `.keras` file records the head count, GELU and LayerNorm epsilon in its config;
+a `.weights.h5` file stores a layer's variables by position only, named here by the layer's
+role. Written by building the model (Keras is imported then)."""
+
+import re
+
+from keras_vit.files import atomic_path
+from keras_vit.weights.canonical import Metadata
+from keras_vit.weights.formats.base import Format
+from keras_vit.weights.variables import NORM_VARIABLES, TABLE
+
+# The variable names of a layer, in storage order, by the layer's name.
+VARIABLES = {"class_token": ("cls",), "posembed_input": ("pos_embedding",), "ln_1": NORM_VARIABLES,
+             "ln_2": NORM_VARIABLES, "encoder_norm": NORM_VARIABLES}
+_STORED = re.compile(r"(?P<layer>.*?)(?P<name>[^/]+)/vars/(?P<position>\d+)\Z")
+
+
+def detect(raw):
+    return raw.container in ("keras", "keras_h5") and "class_token/vars/0" in raw.tensors
+
+
+def _variable_name(layer, position):
+    """A stored variable's name from its layer's name (the hybrid stem's GroupNorms are
+    `gn_root`, `gn1`..`gn3`, `gn_proj`) and position."""
+    names = NORM_VARIABLES if layer.startswith("gn") else VARIABLES.get(layer, ("kernel", "bias"))
+    return names[position] if position < len(names) else f"variable_{position}"
+
+
+def prepare(raw):
+    """Variable paths of the stored `layers.../vars/<position>` keys."""
+    out = {}
+    for key, value in raw.tensors.items():
+        found = _STORED.match(key)
+        out[found["layer"] + found["name"] + "/" + _variable_name(found["name"], int(found["position"]))] = value
+    return out
+
+
+def _encoder_config(config):
+    layers = config.get("config", {}).get("layers", []) if isinstance(config, dict) else []
+    return next((layer["config"] for layer in layers if layer.get("class_name") == "Encoder"), {})
+
+
+def metadata(raw, tensors):
+    encoder = _encoder_config(raw.meta.get("config"))
+    return Metadata(
+        approximate_gelu=encoder.get("approximate_gelu"),
+        num_heads=encoder.get("num_heads"),
+        layer_norm_epsilon=encoder.get("layer_norm_epsilon"),
+    )
+
+
+def write(path, ckpt):
+    """A `.keras` model or `.weights.h5` file of the model that holds `ckpt`."""
+    from keras_vit.architecture import ViTConfig
+    from keras_vit.weights.building import build_from_checkpoint
+
+    if ckpt.stem is not None:
+        raise ValueError(
+            f"{ckpt.path} has a {ckpt.stem.name} stem: build the hybrid model with weights=... "
+            "and save it with model.save() instead."
+        )
+    config = ViTConfig(**ckpt.architecture(), include_top=ckpt.classes is not None, classes=ckpt.classes or 1000)
+    model = build_from_checkpoint(config, ckpt)
+    with atomic_path(path) as tmp:
+        if path.endswith(".weights.h5"):
+            model.save_weights(tmp)
+        else:
+            model.save(tmp)
+
+
+FORMAT = Format(
+    name="keras",
+    table=TABLE,
+    detect=detect,
+    prepare=prepare,
+    metadata=metadata,
+    write=write,
+    suffixes=(".keras", ".weights.h5"),
+)

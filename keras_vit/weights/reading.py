@@ -1,0 +1,76 @@
+"""Reads any supported checkpoint, a file, a folder or a named checkpoint, as a canonical
+`Checkpoint`: the container is opened (`containers`), its format detected (`formats`), its
+variants cleaned up, its metadata read and its keys mapped through the format's table.
+Nothing here imports Keras."""
+
+import os
+
+from keras_vit.variants import VARIANTS
+from keras_vit.weights import containers, formats, registry
+from keras_vit.weights.canonical import Checkpoint, Metadata, guess_num_heads
+
+CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5", ".keras", ".json")
+
+
+def _width(fmt, tensors, path):
+    """The model width, from the class token (under the format's own name)."""
+    key = fmt.table.key_of("cls")
+    if key not in tensors:
+        raise ValueError(f"{path}: checkpoint has no class token ({key!r}); keras_vit's ViT needs one.")
+    return tensors[key].shape[-1]
+
+
+def read_checkpoint(path, num_heads=None):
+    """Opens any supported checkpoint at `path` as a canonical `Checkpoint`.
+
+    `num_heads` is used only for formats that do not record it (timm, `.weights.h5`); by
+    default the head count of the standard variant of that width is assumed.
+    """
+    raw = containers.open_checkpoint(path)
+    fmt = formats.detect(raw)
+    if fmt is None:
+        sample = ", ".join(repr(k) for k in sorted(raw.tensors)[:5])
+        raise ValueError(
+            f"{raw.path}: unrecognised checkpoint layout (keys like {sample}); expected one of the "
+            f"formats {', '.join(f.name for f in formats.FORMATS)}."
+        )
+    tensors = fmt.prepare(raw) if fmt.prepare else dict(raw.tensors)
+    meta = fmt.metadata(raw, tensors) if fmt.metadata else Metadata()
+    heads = meta.num_heads or num_heads or guess_num_heads(_width(fmt, tensors, raw.path))
+    tensors = fmt.to_canonical(tensors, heads, what=f"checkpoint {raw.path}")
+    return Checkpoint(raw.path, fmt.name, tensors, meta.approximate_gelu, heads, meta.grid, meta.layer_norm_epsilon)
+
+
+def resolve(source, config=None):
+    """The local path of `source`: an existing file or folder, or a named checkpoint
+    (downloaded into the cache if needed) for the `ViTConfig` `config`'s variant."""
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.exists(source)):
+        if not os.path.exists(source):
+            raise FileNotFoundError(f"No checkpoint file or folder at {os.fspath(source)}.")
+        return os.fspath(source)
+    if not isinstance(source, str):
+        raise ValueError(
+            f"weights={source!r}: expected None, a checkpoint name, a path, or PretrainedWeights."
+        )
+    named = source.split("/", 1)[0] in VARIANTS or "/" not in source
+    if not named or source.endswith(CHECKPOINT_SUFFIXES):
+        raise FileNotFoundError(f"No checkpoint file or folder at {source}.")
+    from keras_vit.weights.download import fetch
+
+    variant = registry.variant_of(config) if config is not None else None
+    if config is not None and variant is None:
+        raise ValueError(
+            f"Unknown weights {source!r} for this architecture: not an existing file or folder, and "
+            f"named checkpoints exist only for the standard variants ({', '.join(VARIANTS)})."
+        )
+    return fetch(registry.find(source, variant))
+
+
+def weights_checkpoint(source, config=None, num_heads=None):
+    """Reads `source` (name or path) as a canonical `Checkpoint`. The head count, which timm
+    and `.weights.h5` files do not record, comes from `config` (a `ViTConfig`) or
+    `num_heads`; named checkpoints are looked up for `config`'s variant."""
+    if isinstance(source, Checkpoint):
+        return source
+    heads = config.num_heads if config else num_heads
+    return read_checkpoint(resolve(source, config), num_heads=heads)

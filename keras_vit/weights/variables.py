@@ -1,0 +1,100 @@
+"""The key table between the canonical layout and keras_vit's own variable paths
+(`embedding/kernel`, `encoder/encoderblock_0/attention/qkv/kernel`, `stem/conv_root/kernel`,
+...): what the loader assigns to a model and `export` reads from one, and the table of the
+"keras" format (`formats.keras`, `.weights.h5` / `.keras` files)."""
+
+from keras_vit.weights import stems
+from keras_vit.weights.canonical import ATTN, BLOCK, MLP, POSEMB, QKV
+from keras_vit.weights.lazy import concat
+from keras_vit.weights.table import Row, Table, pairs
+from keras_vit.weights.transforms import bias_to_heads, flat, heads_of, heads_to_bias, join_rows, linear_to_heads, split_rows
+
+STEM = "stem/"
+BLOCK_PATH = "encoder/encoderblock_{i}/"
+NORM_VARIABLES = ("gamma", "beta")
+
+
+def _norm(canonical, path):
+    return pairs((canonical + "scale", path + "gamma"), (canonical + "bias", path + "beta"))
+
+
+def _qkv_kernel_to_canonical(arrays, heads):
+    return linear_to_heads(split_rows([arrays[0].transpose(1, 0)], heads), heads)
+
+
+def _qkv_kernel_from_canonical(arrays, heads):
+    return [concat([a.reshape(a.shape[0], -1) for a in arrays], axis=1)]
+
+
+def _qkv_bias_to_canonical(arrays, heads):
+    return bias_to_heads(split_rows(arrays, heads), heads)
+
+
+def _qkv_bias_from_canonical(arrays, heads):
+    return join_rows(heads_to_bias(arrays, heads), heads)
+
+
+def _out_kernel_to_canonical(arrays, heads):
+    a = arrays[0]
+    return [a.reshape(heads_of(a, heads, "attention"), -1, a.shape[1])]
+
+
+def _out_kernel_from_canonical(arrays, heads):
+    return [arrays[0].reshape(-1, arrays[0].shape[-1])]
+
+
+def _stem_norm(canonical):
+    return Row((canonical + "scale", canonical + "bias"), (STEM + canonical + "gamma", STEM + canonical + "beta"),
+               None, flat, optional="{" not in canonical)
+
+
+def _stem_conv(canonical):
+    return Row(canonical + "kernel", STEM + canonical + "kernel", optional="{" not in canonical)
+
+
+BIT_STEM = (
+    _stem_conv("conv_root/"),
+    _stem_norm("gn_root/"),
+    _stem_conv("block{s}/unit{u}/conv{c}/"),
+    _stem_norm("block{s}/unit{u}/gn{c}/"),
+    _stem_conv("block{s}/unit{u}/conv_proj/"),
+    _stem_norm("block{s}/unit{u}/gn_proj/"),
+)
+
+TABLE = Table(
+    pairs(
+        ("embedding/kernel", "embedding/kernel"),
+        ("embedding/bias", "embedding/bias"),
+        ("cls", "class_token/cls"),
+        (POSEMB, "posembed_input/pos_embedding"),
+    )
+    + _norm(BLOCK + "LayerNorm_0/", BLOCK_PATH + "ln_1/")
+    + (
+        Row(tuple(ATTN + f"{n}/kernel" for n in QKV), BLOCK_PATH + "attention/qkv/kernel",
+            _qkv_kernel_to_canonical, _qkv_kernel_from_canonical),
+        Row(tuple(ATTN + f"{n}/bias" for n in QKV), BLOCK_PATH + "attention/qkv/bias",
+            _qkv_bias_to_canonical, _qkv_bias_from_canonical),
+        Row(ATTN + "out/kernel", BLOCK_PATH + "attention/out/kernel", _out_kernel_to_canonical, _out_kernel_from_canonical),
+    )
+    + pairs((ATTN + "out/bias", BLOCK_PATH + "attention/out/bias"))
+    + _norm(BLOCK + "LayerNorm_2/", BLOCK_PATH + "ln_2/")
+    + pairs(*((MLP + f"Dense_{j}/{p}", BLOCK_PATH + f"mlp/dense_{j}/{p}") for j in (0, 1) for p in ("kernel", "bias")))
+    + _norm("Transformer/encoder_norm/", "encoder/encoder_norm/")
+    + pairs(("pre_logits/kernel", "pre_logits/kernel"), ("pre_logits/bias", "pre_logits/bias"), optional=True)
+    + pairs(("head/kernel", "head/kernel"), ("head/bias", "head/bias"), optional=True)
+    + BIT_STEM
+)
+
+
+def _full_table():
+    return TABLE + stems.rows("keras")
+
+
+def to_canonical(tensors, heads, what):
+    """Canonical tensors of a model's variables (variable path -> LazyArray)."""
+    return _full_table().to_canonical(tensors, heads, what)
+
+
+def from_canonical(tensors, heads, what):
+    """Variable path -> LazyArray of canonical `tensors`."""
+    return _full_table().from_canonical(tensors, heads, what)
