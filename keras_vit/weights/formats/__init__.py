@@ -8,14 +8,14 @@ imports Keras.
 
 import os
 
-from keras_vit.weights.formats import huggingface, keras, original, timm
+from keras_vit.weights.formats import huggingface, keras, kerashub, original, timm
 
 FORMATS = [
     original.FORMAT,
     timm.FORMAT,
     huggingface.FORMAT,
     keras.FORMAT,
-    # kerashub.FORMAT,
+    kerashub.FORMAT,
 ]
 
 
