@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.weights import convert_checkpoint, export
+from keras_vit.weights import convert_checkpoint, export, read_checkpoint
 from tests.helpers import randomize
 from tests.weights_fixtures import TINY, original_npz_params, randomize_hf_model
 
@@ -36,10 +36,13 @@ def hub_classifier(seed, **task):
 
 
 def save(hub_model, folder, kind):
-    """`hub_model` as a preset folder or a bare `.weights.h5` file; returns the path."""
+    """`hub_model` as a preset folder, a bare `.weights.h5` or a `.keras` file; returns the path."""
     if kind == "preset":
         hub_model.save_to_preset(str(folder))
         return folder
+    if kind == "keras":
+        hub_model.save(str(folder.with_suffix(".keras")))
+        return folder.with_suffix(".keras")
     path = folder.with_suffix(".weights.h5")
     hub_model.save_weights(str(path))
     return path
@@ -62,6 +65,7 @@ def pixels(rng):
 def test_backbone_loads_with_the_same_features(kind, tmp_path, x):
     hub = hub_backbone(1)
     path = save(hub, tmp_path / "backbone", kind)
+    assert read_checkpoint(path, num_heads=2).format == "kerashub"
     model = keras_vit.VisionTransformer(**VIT, include_top=False, weights=str(path))
     assert model.get_layer("encoder").approximate_gelu is False  # keras-hub's exact GELU
     reference = numpy(hub(x))
@@ -69,7 +73,7 @@ def test_backbone_loads_with_the_same_features(kind, tmp_path, x):
     np.testing.assert_allclose(numpy(model(x)), reference, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("kind", ["preset", "weights_h5"])
+@pytest.mark.parametrize("kind", ["preset", "weights_h5", "keras"])
 @pytest.mark.parametrize("intermediate_dim", [None, 8])
 def test_classifier_loads_with_the_same_logits(kind, intermediate_dim, tmp_path, x):
     hub = hub_classifier(2, intermediate_dim=intermediate_dim)
@@ -101,6 +105,7 @@ def test_keras_vit_weights_h5_is_not_taken_for_keras_hub(tmp_path, x):
     """Both are Keras `.weights.h5` files: the keys tell them apart."""
     model = randomize(keras_vit.VisionTransformer(**VIT, classes=CLASSES, approximate_gelu=False), seed=4)
     model.save_weights(str(tmp_path / "ours.weights.h5"))
+    assert read_checkpoint(tmp_path / "ours.weights.h5", num_heads=2).format == "keras"
     again = keras_vit.VisionTransformer(
         **VIT, classes=CLASSES, approximate_gelu=False, weights=str(tmp_path / "ours.weights.h5")
     )
