@@ -101,6 +101,13 @@ def test_preset_records_the_architecture(tmp_path, x):
     np.testing.assert_allclose(numpy(model(wide)), numpy(hub(wide)), atol=1e-5, rtol=0)
 
 
+def test_preset_without_biases_gets_zero_biases(tmp_path, x):
+    hub = hub_backbone(11, use_mha_bias=False, use_mlp_bias=False, use_patch_bias=False)
+    hub.save_to_preset(str(tmp_path / "preset"))
+    model = keras_vit.VisionTransformer(**VIT, include_top=False, weights=str(tmp_path / "preset"))
+    np.testing.assert_allclose(numpy(model(x)), numpy(hub(x)), atol=1e-5, rtol=0)
+
+
 def test_keras_vit_weights_h5_is_not_taken_for_keras_hub(tmp_path, x):
     """Both are Keras `.weights.h5` files: the keys tell them apart."""
     model = randomize(keras_vit.VisionTransformer(**VIT, classes=CLASSES, approximate_gelu=False), seed=4)

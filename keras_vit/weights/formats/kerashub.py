@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 
 from keras_vit.files import atomic_path
+from keras_vit.weights import containers
 from keras_vit.weights.canonical import ATTN, BLOCK, MLP, POSEMB, QKV, Metadata
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.lazy import LazyArray
@@ -96,8 +97,7 @@ def _configs(raw):
     config = raw.meta.get("config") or {}
     task = {}
     if raw.is_folder and os.path.isfile(os.path.join(raw.path, "task.json")):
-        with open(os.path.join(raw.path, "task.json"), encoding="utf-8") as f:
-            task = json.load(f)
+        task = containers._read_json(os.path.join(raw.path, "task.json"))
     if config.get("registered_name") == CLASSIFIER:  # a classifier's `.keras` file
         config, task = config["config"].get("backbone") or {}, config
     return config.get("config", {}), task.get("config", {})
