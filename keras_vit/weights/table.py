@@ -190,9 +190,3 @@ class Table:
                 parts.append(f"keys keras_vit cannot map: {_describe(unexpected)}")
             raise ValueError(f"{what}: " + "; ".join(parts) + ".")
         return out
-
-    def count(self, tensors, name="i", canonical=True):
-        """1 + the largest value of index `name` in `tensors`' keys (0 if none)."""
-        templates = [t for r in self.rows for t in (r.canonical if canonical else r.theirs) if name in t.names]
-        values = [m[name] for key in tensors for t in templates for m in [t.match(key)] if m is not None]
-        return max(values) + 1 if values else 0
