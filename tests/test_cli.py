@@ -67,7 +67,6 @@ def test_list_models_is_data():
     assert all(callable(getattr(keras_vit, name)) for name in keras_vit.list_models())
 
 
-@pytest.mark.skipif(BACKEND == "tensorflow", reason="Keras itself imports TensorFlow on its backend")
 def test_convert_runs_without_tensorflow(tmp_path):
     params = original_npz_params(np.random.default_rng(0), **TINY)
     np.savez(tmp_path / "tiny.npz", **params)

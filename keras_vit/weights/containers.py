@@ -52,10 +52,6 @@ class RawCheckpoint:
     tensors: dict
     meta: dict = dataclasses.field(default_factory=dict)
 
-    @property
-    def is_folder(self):
-        return os.path.isdir(self.path)
-
 
 def _is_safetensors(path):
     with open(path, "rb") as f:

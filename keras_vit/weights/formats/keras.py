@@ -1,7 +1,8 @@
-"""keras_vit's own files, `.weights.h5` and `.keras`: the variable paths of its models (the
-table of `keras_vit.weights.variables`). A `.keras` file records the head count, GELU and LayerNorm epsilon in its config;
-a `.weights.h5` file stores a layer's variables by position only, named here by the layer's
-role. Written by building the model (Keras is imported then)."""
+"""keras_vit's own files, `.weights.h5` and `.keras`, keyed by the variable paths of its
+models (the table of `keras_vit.weights.variables`). A `.keras` file records the head count,
+GELU and LayerNorm epsilon in its config; a `.weights.h5` file stores a layer's variables by
+position only, named here by the layer's role. Written by building the model (Keras is
+imported then)."""
 
 import re
 
