@@ -173,3 +173,21 @@ def test_safetensors_rows_read_their_part(tmp_path, rng):
     tensor = containers.open_checkpoint(tmp_path / "w.safetensors").tensors["w"]
     np.testing.assert_array_equal(tensor.rows(2, 5).load(), values[2:5])
     np.testing.assert_array_equal(tensor.rows(2, 5)[1].load(), values[3])
+
+
+def test_a_registered_stem_adds_its_rows_to_a_format(monkeypatch, rng):
+    from keras_vit.weights import stems
+    from keras_vit.weights.formats import timm
+
+    monkeypatch.setattr(stems, "_STEMS", list(stems._STEMS))  # the registration is undone after
+    stems.register_stem(stems.StemLayout("toy_stem", object, ("toystem/",), {
+        "timm": (Row("toystem/kernel", "toy.stem.weight", transpose, transpose, optional=True),),
+    }))
+    canonical = original_npz_params(rng, **TINY)
+    canonical["toystem/kernel"] = rng.normal(size=(3, 2)).astype(np.float32)
+    theirs = loaded(timm.FORMAT.from_canonical(lazy(canonical), TINY["num_heads"]))
+    np.testing.assert_array_equal(theirs["toy.stem.weight"], canonical["toystem/kernel"].T)
+    back = loaded(timm.FORMAT.to_canonical(lazy(theirs), TINY["num_heads"]))
+    assert sorted(back) == sorted(canonical)
+    np.testing.assert_array_equal(back["toystem/kernel"], canonical["toystem/kernel"])
+    assert original.FORMAT.to_canonical(lazy(canonical)).keys() == canonical.keys()  # canonical names pass
