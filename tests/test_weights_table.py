@@ -191,3 +191,39 @@ def test_a_registered_stem_adds_its_rows_to_a_format(monkeypatch, rng):
     assert sorted(back) == sorted(canonical)
     np.testing.assert_array_equal(back["toystem/kernel"], canonical["toystem/kernel"])
     assert original.FORMAT.to_canonical(lazy(canonical)).keys() == canonical.keys()  # canonical names pass
+
+
+def _fitted(pooling="token"):
+    model = keras_vit.VisionTransformer(**TINY, classes=3, pooling=pooling, input_shape=(TINY_IMAGE, TINY_IMAGE, 3))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    model.fit(np.zeros((2, TINY_IMAGE, TINY_IMAGE, 3), np.float32), np.zeros(2), epochs=1, verbose=0)
+    return model
+
+
+def test_weights_h5_of_a_trained_model_loads_without_its_optimizer_state(tmp_path, rng):
+    model = _fitted()
+    model.save_weights(tmp_path / "fitted.weights.h5")  # holds the optimizer's variables too
+    keys = containers.open_checkpoint(tmp_path / "fitted.weights.h5").tensors
+    assert not [k for k in keys if k.startswith("adam/")]
+    loaded_model = keras_vit.VisionTransformer(**TINY, classes=3, weights=str(tmp_path / "fitted.weights.h5"))
+    x = images(rng)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded_model(x)), keras.ops.convert_to_numpy(model(x)),
+                               atol=1e-6)
+
+
+def test_a_head_on_average_pooled_tokens_is_kept_or_refused_never_rewired(tmp_path, rng):
+    model = _fitted("avg")
+    for fmt in ("npz", "timm", "hf"):
+        with pytest.raises(ValueError, match=r"pooling='avg'.*reads the class token"):
+            keras_vit.weights.export(model, tmp_path / f"out_{fmt}", format=fmt)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    model.save(tmp_path / "avg.keras")
+    convert_checkpoint(tmp_path / "avg.keras", tmp_path / "again.keras")
+    again = keras.saving.load_model(tmp_path / "again.keras")
+    assert again.get_layer("pooling").mode == "avg"
+    x = images(rng)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(again(x)), keras.ops.convert_to_numpy(model(x)), atol=1e-6)
+    with pytest.raises(ValueError, match=r"pooling='avg'"):
+        convert_checkpoint(tmp_path / "avg.keras", tmp_path / "avg.npz")
+    headless = keras_vit.VisionTransformer(**TINY, include_top=False, pooling="avg")
+    keras_vit.weights.export(headless, tmp_path / "headless.npz")  # no head: nothing to rewire
