@@ -67,7 +67,6 @@ def test_list_models_is_data():
     assert all(callable(getattr(keras_vit, name)) for name in keras_vit.list_models())
 
 
-@pytest.mark.skipif(BACKEND == "tensorflow", reason="Keras itself imports TensorFlow on its backend")
 def test_convert_runs_without_tensorflow(tmp_path):
     params = original_npz_params(np.random.default_rng(0), **TINY)
     np.savez(tmp_path / "tiny.npz", **params)
@@ -77,6 +76,24 @@ def test_convert_runs_without_tensorflow(tmp_path):
     from safetensors.numpy import load_file
 
     np.testing.assert_array_equal(load_file(tmp_path / "tiny.safetensors")["cls_token"], params["cls"])
+
+
+def test_convert_between_files_and_list_weights_import_no_keras(tmp_path):
+    """npz -> timm -> Hugging Face -> npz and `list-weights` run on the formats' tables alone."""
+    params = original_npz_params(np.random.default_rng(0), **TINY, classes=5)
+    np.savez(tmp_path / "tiny.npz", **params)
+    steps = [("tiny.npz", "tiny.safetensors"), ("tiny.safetensors", "hf"), ("hf", "back.npz")]
+    for src, dst in steps:
+        proc, imported = keras_vit_command("convert", src, dst, "--num-heads", "4", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert imported == {"keras": False, "tensorflow": False}, (src, dst)
+    with np.load(tmp_path / "back.npz") as back:
+        assert sorted(back.files) == sorted(params)
+        for key, value in params.items():
+            np.testing.assert_allclose(back[key], value, rtol=0, atol=1e-6, err_msg=key)
+    proc, imported = keras_vit_command("list-weights", "ViTB16")
+    assert proc.returncode == 0 and "augreg_in21k_ft_in1k_224" in proc.stdout
+    assert imported == {"keras": False, "tensorflow": False}
 
 
 def _help(capsys, *args):

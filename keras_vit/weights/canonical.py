@@ -23,12 +23,14 @@ _QUERY = Template(ATTN + "query/kernel")
 @dataclasses.dataclass(frozen=True)
 class Metadata:
     """What a checkpoint records besides its tensors (None: not recorded). `approximate_gelu`:
-    the GELU it was trained / run with; `grid`: its patch grid `(rows, columns)`."""
+    the GELU it was trained / run with; `grid`: its patch grid `(rows, columns)`; `pooling`:
+    what its head reads, "token" (the class token) or "avg" (the mean of the patch tokens)."""
 
     approximate_gelu: Optional[bool] = None
     num_heads: Optional[int] = None
     grid: Optional[tuple] = None
     layer_norm_epsilon: Optional[float] = None
+    pooling: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -44,6 +46,7 @@ class Checkpoint:
     num_heads: int = None
     grid: tuple = None
     layer_norm_epsilon: float = None
+    pooling: str = None
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None
@@ -88,6 +91,16 @@ class Checkpoint:
     @property
     def stem(self):
         return stems.stem_of_keys(self.tensors)
+
+    def require_class_token_head(self, format_name):
+        """Raises ValueError if the head reads pooled patch tokens: `format_name`'s reads the
+        class token, so writing it there would change the model's logits."""
+        if self.pooling == "avg" and self.classes:
+            raise ValueError(
+                f"{self.path}: the head reads the mean of the patch tokens (pooling='avg'); the "
+                f"{format_name} format's head reads the class token. Export a model with "
+                "pooling='token', or without its head (include_top=False)."
+            )
 
     def architecture(self):
         """The `VisionTransformer` arguments that rebuild this checkpoint's model."""

@@ -52,10 +52,6 @@ class RawCheckpoint:
     tensors: dict
     meta: dict = dataclasses.field(default_factory=dict)
 
-    @property
-    def is_folder(self):
-        return os.path.isdir(self.path)
-
 
 def _is_safetensors(path):
     with open(path, "rb") as f:
@@ -322,13 +318,15 @@ def _h5_variables(group, chain, out, where, prefix):
             dataset = variables[str(j)]
             out[key] = LazyArray(dataset.shape, dataset.dtype, lambda d=dataset: d[()], f"{key!r} in {where}")
     for name, child in group.items():
-        if name != "vars" and isinstance(child, h5py.Group):
+        # The root's "optimizer" group holds a compiled model's optimizer state, not weights.
+        if name != "vars" and isinstance(child, h5py.Group) and not (chain is None and name == "optimizer"):
             _h5_variables(child, [] if chain is None else chain, out, where, prefix)
 
 
 def read_weights_h5(source, where=None, prefix=""):
     """Key -> LazyArray for a Keras `.weights.h5` (a path or a binary file object): each
-    variable under the names of the layers holding it, then `vars/<position>`."""
+    variable under the names of the layers holding it, then `vars/<position>` (optimizer
+    state left out)."""
     where = where or source
     try:
         handle = h5py.File(source, "r")

@@ -35,8 +35,10 @@ def model_checkpoint(model):
         for v in model.weights
     }
     tensors = variables.to_canonical(tensors, encoder.num_heads, f"model {model.name!r}")
+    pooling = model.get_layer("pooling").mode if "pooling" in [layer.name for layer in model.layers] else None
     return Checkpoint(
-        model.name, "keras", tensors, encoder.approximate_gelu, encoder.num_heads, tuple(grid), encoder.layer_norm_epsilon
+        model.name, "keras", tensors, encoder.approximate_gelu, encoder.num_heads, tuple(grid),
+        encoder.layer_norm_epsilon, pooling,
     )
 
 

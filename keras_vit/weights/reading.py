@@ -38,7 +38,9 @@ def read_checkpoint(path, num_heads=None):
     meta = fmt.metadata(raw, tensors) if fmt.metadata else Metadata()
     heads = meta.num_heads or num_heads or guess_num_heads(_width(fmt, tensors, raw.path))
     tensors = fmt.to_canonical(tensors, heads, what=f"checkpoint {raw.path}")
-    return Checkpoint(raw.path, fmt.name, tensors, meta.approximate_gelu, heads, meta.grid, meta.layer_norm_epsilon)
+    return Checkpoint(
+        raw.path, fmt.name, tensors, meta.approximate_gelu, heads, meta.grid, meta.layer_norm_epsilon, meta.pooling
+    )
 
 
 def resolve(source, config=None):

@@ -135,8 +135,8 @@ class Table:
         """Per row, the list of index dicts its source templates are expanded with."""
         found = {}
         for k, row in enumerate(self.rows):
-            sources = row.theirs if to_canonical else row.canonical
-            found[k] = [m for key in tensors for t in sources if row.indices for m in [t.match(key)] if m is not None]
+            sources = (row.theirs if to_canonical else row.canonical) if row.indices else ()
+            found[k] = [m for t in sources for key in tensors for m in [t.match(key)] if m is not None]
         ranges = {}
         for name in self.dense:
             values = [m[name] for ms in found.values() for m in ms if name in m]
@@ -190,9 +190,3 @@ class Table:
                 parts.append(f"keys keras_vit cannot map: {_describe(unexpected)}")
             raise ValueError(f"{what}: " + "; ".join(parts) + ".")
         return out
-
-    def count(self, tensors, name="i", canonical=True):
-        """1 + the largest value of index `name` in `tensors`' keys (0 if none)."""
-        templates = [t for r in self.rows for t in (r.canonical if canonical else r.theirs) if name in t.names]
-        values = [m[name] for key in tensors for t in templates for m in [t.match(key)] if m is not None]
-        return max(values) + 1 if values else 0

@@ -177,6 +177,7 @@ def write(folder, ckpt):
     `ViTForImageClassification` with a head, else `ViTModel` (a pre_logits layer becomes its
     pooler). An all-zero head on a pre_logits layer (the ImageNet-21k files) is left out; a
     trained one cannot be expressed. The folder is written whole and swapped in when complete."""
+    ckpt.require_class_token_head("hf")
     tensors = dict(ckpt.tensors)
     if "pre_logits/kernel" in tensors and "head/kernel" in tensors:
         if any(np.any(tensors[k].load()) for k in ("head/kernel", "head/bias")):

@@ -1,7 +1,8 @@
-"""keras_vit's own files, `.weights.h5` and `.keras`: the variable paths of its models (the
-table of `keras_vit.weights.variables`). A `.keras` file records the head count, GELU and LayerNorm epsilon in its config;
-a `.weights.h5` file stores a layer's variables by position only, named here by the layer's
-role. Written by building the model (Keras is imported then)."""
+"""keras_vit's own files, `.weights.h5` and `.keras`, keyed by the variable paths of its
+models (the table of `keras_vit.weights.variables`). A `.keras` file records the head count,
+GELU and LayerNorm epsilon in its config; a `.weights.h5` file stores a layer's variables by
+position only, named here by the layer's role. Written by building the model (Keras is
+imported then)."""
 
 import re
 
@@ -36,17 +37,18 @@ def prepare(raw):
     return out
 
 
-def _encoder_config(config):
+def _layer_config(config, class_name):
     layers = config.get("config", {}).get("layers", []) if isinstance(config, dict) else []
-    return next((layer["config"] for layer in layers if layer.get("class_name") == "Encoder"), {})
+    return next((layer["config"] for layer in layers if layer.get("class_name") == class_name), {})
 
 
 def metadata(raw, tensors):
-    encoder = _encoder_config(raw.meta.get("config"))
+    encoder = _layer_config(raw.meta.get("config"), "Encoder")
     return Metadata(
         approximate_gelu=encoder.get("approximate_gelu"),
         num_heads=encoder.get("num_heads"),
         layer_norm_epsilon=encoder.get("layer_norm_epsilon"),
+        pooling=_layer_config(raw.meta.get("config"), "TokenPooling").get("mode"),
     )
 
 
@@ -60,7 +62,9 @@ def write(path, ckpt):
             f"{ckpt.path} has a {ckpt.stem.name} stem: build the hybrid model with weights=... "
             "and save it with model.save() instead."
         )
-    config = ViTConfig(**ckpt.architecture(), include_top=ckpt.classes is not None, classes=ckpt.classes or 1000)
+    config = ViTConfig(
+        **ckpt.architecture(), include_top=ckpt.classes is not None, classes=ckpt.classes or 1000, pooling=ckpt.pooling
+    )
     model = build_from_checkpoint(config, ckpt)
     with atomic_path(path) as tmp:
         if path.endswith(".weights.h5"):

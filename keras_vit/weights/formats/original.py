@@ -69,6 +69,7 @@ def metadata(raw, tensors):
 
 
 def write(path, ckpt):
+    ckpt.require_class_token_head("npz")
     containers.write_npz(path, FORMAT.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to npz"))
 
 

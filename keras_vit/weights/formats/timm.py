@@ -90,6 +90,7 @@ def prepare(raw):
 def write(path, ckpt):
     """A timm state dict as `.safetensors`; a pre_logits layer is written as `pre_logits.fc.*`,
     as older timm versions named it."""
+    ckpt.require_class_token_head("timm")
     tensors = FORMAT.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to timm")
     containers.write_safetensors(path, {k: v.astype(np.float32) for k, v in tensors.items()}, {"format": "pt"})
 
