@@ -101,6 +101,20 @@ def test_preset_records_the_architecture(tmp_path, x):
     np.testing.assert_allclose(numpy(model(wide)), numpy(hub(wide)), atol=1e-5, rtol=0)
 
 
+def test_convert_to_keras_files(tmp_path, x):
+    """keras-hub -> keras_vit's `.keras`: a backbone stays a token sequence, a classifier keeps its head."""
+    hub = hub_backbone(12)
+    hub.save_to_preset(str(tmp_path / "backbone"))
+    convert_checkpoint(str(tmp_path / "backbone"), tmp_path / "backbone.keras", num_heads=2)
+    model = keras.saving.load_model(tmp_path / "backbone.keras")
+    np.testing.assert_allclose(numpy(model(x)), numpy(hub(x)), atol=1e-5, rtol=0)
+    classifier = hub_classifier(13, intermediate_dim=8)
+    classifier.save_to_preset(str(tmp_path / "classifier"))
+    convert_checkpoint(str(tmp_path / "classifier"), tmp_path / "classifier.keras")
+    model = keras.saving.load_model(tmp_path / "classifier.keras")
+    np.testing.assert_allclose(numpy(model(x)), numpy(keras.ops.softmax(classifier(x))), atol=1e-5, rtol=0)
+
+
 def test_preset_without_biases_gets_zero_biases(tmp_path, x):
     hub = hub_backbone(11, use_mha_bias=False, use_mlp_bias=False, use_patch_bias=False)
     hub.save_to_preset(str(tmp_path / "preset"))
@@ -208,13 +222,17 @@ def test_keras_hub_gap_classifier_is_refused(tmp_path):
     assert "\n" not in str(info.value)
 
 
-def test_export_refuses_the_tanh_gelu(tmp_path, rng, capsys):
-    """keras-hub's ViT runs the exact GELU: a tanh-GELU model (the original npz files') is refused."""
+def test_export_refuses_what_keras_hub_cannot_compute(tmp_path, rng, capsys):
+    """keras-hub's ViT runs the exact GELU (a tanh-GELU model, as from the original npz files, is
+    refused), and its head reads the class token (an average-pooled head is refused)."""
     from keras_vit.cli import main
 
     tanh = keras_vit.VisionTransformer(**VIT, classes=CLASSES, approximate_gelu=True)
     with pytest.raises(ValueError, match="approximate_gelu=False"):
         export(tanh, tmp_path / "tanh", format="kerashub")
+    avg = keras_vit.VisionTransformer(**VIT, classes=CLASSES, approximate_gelu=False, pooling="avg")
+    with pytest.raises(ValueError, match="pooling='avg'"):
+        export(avg, tmp_path / "avg", format="kerashub")
     np.savez(tmp_path / "orig.npz", **original_npz_params(rng, **TINY, classes=CLASSES))
     assert main(["convert", str(tmp_path / "orig.npz"), str(tmp_path / "out"), "--format", "kerashub"]) == 2
     err = capsys.readouterr().err

@@ -76,14 +76,12 @@ _BIASES = {
 
 
 def _strip(key, folder):
-    """`key` without its file name (a preset folder) and backbone name (a classifier's own
-    file), or None for what is not a ViT layer (the optimizer's state)."""
+    """`key` without its file name (in a preset folder) and the backbone's name (in a
+    classifier's own file)."""
     if folder:
         key = key.split("/", 1)[1]
     first, _, rest = key.partition("/")
-    if first in LAYERS:
-        return key
-    return rest if rest.split("/", 1)[0] in LAYERS[:2] else None
+    return rest if first not in LAYERS and rest.split("/", 1)[0] in LAYERS[:2] else key
 
 
 def detect(raw):
@@ -96,7 +94,7 @@ def _configs(raw):
     """`(backbone config, task config)` of what `raw` records (empty dicts where nothing)."""
     config = raw.meta.get("config") or {}
     task = {}
-    if raw.is_folder and os.path.isfile(os.path.join(raw.path, "task.json")):
+    if os.path.isfile(os.path.join(raw.path, "task.json")):  # a preset folder's
         task = containers._read_json(os.path.join(raw.path, "task.json"))
     if config.get("registered_name") == CLASSIFIER:  # a classifier's `.keras` file
         config, task = config["config"].get("backbone") or {}, config
@@ -120,11 +118,7 @@ def prepare(raw):
             f"{raw.path}: a KerasHub ViTImageClassifier with pooling={task['pooling']!r} (the mean of all "
             "tokens, class token included); keras_vit's head reads the class token (pooling='token')."
         )
-    tensors = {}
-    for key, value in raw.tensors.items():
-        key = _strip(key, raw.is_folder)
-        if key is not None:
-            tensors[key] = value
+    tensors = {_strip(key, os.path.isdir(raw.path)): value for key, value in raw.tensors.items()}
     for flag, layers in _BIASES.items():
         if backbone.get(flag) is False:
             kernels = [k for k in tensors if k.endswith("/vars/0") and any(layer in k for layer in layers)]
@@ -147,6 +141,7 @@ def metadata(raw, tensors):
         num_heads=backbone.get("num_heads"),
         grid=grid,
         layer_norm_epsilon=backbone.get("layer_norm_epsilon"),
+        pooling="token" if "predictions/vars/0" in tensors else None,  # `prepare` refuses other heads
     )
 
 
@@ -244,6 +239,7 @@ def _image_converter(ckpt):
 
 
 def _check_exportable(ckpt):
+    ckpt.require_class_token_head("kerashub")
     problem = None
     if ckpt.stem is not None:
         problem = f"it has a {ckpt.stem.name} stem; KerasHub's ViT has no hybrid stem"
