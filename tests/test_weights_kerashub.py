@@ -181,16 +181,20 @@ def test_export_round_trip_back_into_keras_vit(tmp_path, x):
     np.testing.assert_array_equal(numpy(back(x)), numpy(model(x)))
 
 
+def hf_config():
+    transformers = pytest.importorskip("transformers")
+    return transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=16,
+        patch_size=4, num_labels=CLASSES, layer_norm_eps=1e-6, hidden_act="gelu",
+    )
+
+
 def test_convert_hf_folder_to_keras_hub(tmp_path, rng):
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     from keras_vit.cli import main
 
-    config = transformers.ViTConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=16,
-        patch_size=4, num_labels=CLASSES, layer_norm_eps=1e-6, hidden_act="gelu",
-    )
-    hf = randomize_hf_model(transformers.ViTForImageClassification(config).eval(), seed=8)
+    hf = randomize_hf_model(transformers.ViTForImageClassification(hf_config()).eval(), seed=8)
     hf.save_pretrained(tmp_path / "hf")
     assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "preset"), "--format", "kerashub"]) == 0
     x = rng.uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
@@ -233,11 +237,29 @@ def test_export_refuses_what_keras_hub_cannot_compute(tmp_path, rng, capsys):
     avg = keras_vit.VisionTransformer(**VIT, classes=CLASSES, approximate_gelu=False, pooling="avg")
     with pytest.raises(ValueError, match="pooling='avg'"):
         export(avg, tmp_path / "avg", format="kerashub")
+    hybrid = keras_vit.VisionTransformer(
+        **{**VIT, "patch_size": 1}, classes=CLASSES, approximate_gelu=False,
+        stem=keras_vit.layers.ResNetV2Stem(stages=(1, 1), width=32),
+    )
+    with pytest.raises(ValueError, match="no hybrid stem"):
+        export(hybrid, tmp_path / "hybrid", format="kerashub")
     np.savez(tmp_path / "orig.npz", **original_npz_params(rng, **TINY, classes=CLASSES))
     assert main(["convert", str(tmp_path / "orig.npz"), str(tmp_path / "out"), "--format", "kerashub"]) == 2
     err = capsys.readouterr().err
     assert "tanh-approximate GELU" in err and "Traceback" not in err
     assert sorted(os.listdir(tmp_path)) == ["orig.npz"]
+
+
+def test_convert_refuses_pre_logits_without_head(tmp_path, capsys):
+    """A transformers ViTModel's pooler is keras_vit's pre_logits, which a ViTBackbone cannot hold."""
+    transformers = pytest.importorskip("transformers")
+    from keras_vit.cli import main
+
+    transformers.ViTModel(hf_config(), add_pooling_layer=True).save_pretrained(tmp_path / "hf")
+    assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "preset"), "--format", "kerashub"]) == 2
+    err = capsys.readouterr().err
+    assert "no pre_logits layer" in err and "Traceback" not in err
+    assert not (tmp_path / "preset").exists()
 
 
 def test_convert_refuses_an_existing_folder(tmp_path, capsys):

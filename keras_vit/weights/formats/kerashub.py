@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 
 from keras_vit.files import atomic_path
+from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import containers
 from keras_vit.weights.canonical import ATTN, BLOCK, MLP, POSEMB, QKV, Metadata
 from keras_vit.weights.formats.base import Format
@@ -35,7 +36,6 @@ ENCODER = "vit_encoder/"
 HUB_BLOCK = ENCODER + "transformer_block_{i+1}/"
 LAYERS = ("vit_patching_and_embedding", "vit_encoder", "pre_logits", "predictions")
 HEAD_LAYERS = ("pre_logits", "predictions")
-BACKBONE = "keras_hub>ViTBackbone"
 CLASSIFIER = "keras_hub>ViTImageClassifier"
 
 
@@ -123,7 +123,7 @@ def prepare(raw):
         if backbone.get(flag) is False:
             kernels = [k for k in tensors if k.endswith("/vars/0") and any(layer in k for layer in layers)]
             for key in [k for k in kernels if k[: -len("0")] + "1" not in tensors]:
-                kernel = tensors[key]
+                kernel = tensors[key]  # q / k / v biases are per head: (heads, D // heads)
                 shape = kernel.shape[1:] if "/mha/" in key and "attention_output" not in key else kernel.shape[-1:]
                 tensors[key[: -len("0")] + "1"] = LazyArray.wrap(np.zeros(shape, np.float32), f"{flag}=False")
     return tensors
@@ -214,7 +214,7 @@ def _backbone_config(ckpt):
         "mlp_dim": ckpt.mlp_dim,
         "dropout_rate": 0.0,
         "attention_dropout": 0.0,
-        "layer_norm_epsilon": ckpt.layer_norm_epsilon or 1e-6,
+        "layer_norm_epsilon": ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON,
         "use_mha_bias": True,
         "use_mlp_bias": True,
         "use_class_token": True,
@@ -246,7 +246,7 @@ def _check_exportable(ckpt):
     elif ckpt.approximate_gelu:
         problem = (
             "it runs the tanh-approximate GELU and KerasHub's ViT the exact one; build the model with "
-            "approximate_gelu=False (as timm runs these weights; logits move by ~1e-3) and export that"
+            "approximate_gelu=False (as timm runs these weights) and export that"
         )
     elif ckpt.representation_size and not ckpt.classes:
         problem = "KerasHub's ViTBackbone has no pre_logits layer (only a ViTImageClassifier, under a head)"
