@@ -1,4 +1,4 @@
-"""KerasHub interop, checked against keras-hub itself: its ViT presets and `.weights.h5` files
+"""KerasHub interop, checked against keras-hub itself: its ViT presets, `.weights.h5` and `.keras` files
 load into keras_vit, and keras_vit's "kerashub" export loads in `from_preset`, with the same
 features and logits (random weights, every backend)."""
 
