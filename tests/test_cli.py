@@ -1,7 +1,9 @@
-"""The `keras-vit` command line as installed: commands that need no model start without Keras
-or TensorFlow, `--help` shows what each option takes, bad values stop before heavy imports,
+"""The `keras-vit` command line as installed: commands that need no model (and every `--help`)
+start without Keras or TensorFlow, `convert`, `predict` and `inspect` run without TensorFlow on
+JAX / PyTorch, `--help` shows what each option takes, bad values stop before heavy imports,
 logs to a pipe are one line per epoch, and ONNX exports of any-size models."""
 
+import argparse
 import json
 import os
 import re
@@ -11,8 +13,10 @@ import sys
 import keras
 import numpy as np
 import pytest
+from PIL import Image
 
 import keras_vit
+from helpers import randomize
 from keras_vit.cli import build_parser
 from weights_fixtures import TINY, original_npz_params
 
@@ -21,7 +25,8 @@ BACKEND = keras.backend.backend()
 # `keras-vit ARGS` as the console script runs it (sys.argv[0] == "keras-vit"), optionally with
 # every top-level `tensorflow*` module made unimportable as if not installed (a None entry in
 # sys.modules: `import` raises ModuleNotFoundError and `importlib.util.find_spec` returns
-# None); reports on stderr whether Keras / TensorFlow were imported.
+# None); reports on stderr whether Keras / TensorFlow were imported. COMMANDS: one ARGS or
+# several, run in turn in the same process (the exit code is the last one's).
 RUNNER = """
 import json, pkgutil, sys
 
@@ -31,18 +36,20 @@ if HIDE:
             sys.modules[module.name] = None
 sys.argv[0] = "keras-vit"
 from keras_vit.cli import main
-try:
-    code = main(ARGS)
-except SystemExit as exit:
-    code = exit.code
+for args in COMMANDS:
+    try:
+        code = main(args)
+    except SystemExit as exit:
+        code = exit.code
 print("IMPORTED", json.dumps({m: sys.modules.get(m) is not None for m in ("keras", "tensorflow")}), file=sys.stderr)
 sys.exit(code)
 """
 
 
-def keras_vit_command(*args, hide_tensorflow=False, cwd=None, env=None):
-    """`(completed process, {"keras": imported?, "tensorflow": imported?})`."""
-    code = RUNNER.replace("HIDE", repr(hide_tensorflow)).replace("ARGS", repr(list(args)))
+def keras_vit_command(*args, hide_tensorflow=False, cwd=None, env=None, commands=None):
+    """`(completed process, {"keras": imported?, "tensorflow": imported?})` of `keras-vit ARGS`
+    (or of each ARGS of `commands` in one process)."""
+    code = RUNNER.replace("HIDE", repr(hide_tensorflow)).replace("COMMANDS", repr(commands or [list(args)]))
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=600,
         env=env or os.environ,
@@ -210,3 +217,54 @@ def test_onnx_export_of_an_any_size_model_runs_at_other_sizes(tmp_path):
         assert got.shape == (2, 5)
         np.testing.assert_allclose(got, expected, atol=1e-4)
         assert np.abs(expected).max() > 0.1  # a non-trivial head
+
+
+def test_every_subcommand_help_needs_neither_keras_nor_tensorflow():
+    parser = build_parser()
+    names = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction)).choices
+    assert {"train", "predict", "inspect", "convert", "export"} <= set(names)
+    proc, imported = keras_vit_command(commands=[[name, "--help"] for name in names], hide_tensorflow=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in names:
+        assert f"usage: keras-vit {name} [-h]" in proc.stdout, name
+    assert imported == {"keras": False, "tensorflow": False}
+
+
+@pytest.mark.skipif(BACKEND == "tensorflow", reason="Keras itself imports TensorFlow on its backend")
+def test_predict_and_inspect_run_without_tensorflow(tmp_path):
+    """`predict` gives the classes and probabilities of the tf.data validation transform (the
+    TensorFlow path it used before) with TensorFlow hidden; `inspect` writes its pictures."""
+    import tensorflow as tf
+
+    from keras_vit.training import augment
+    from keras_vit.training.data import decode_image_file
+
+    model = keras_vit.VisionTransformer(
+        patch_size=4, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64, input_shape=(16, 16, 3), classes=7
+    )
+    randomize(model, seed=1, scale=0.5).save(tmp_path / "tiny.keras")
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (23, 41, 4), dtype=np.uint8)).save(tmp_path / "a.png")  # RGBA
+    Image.fromarray(rng.integers(0, 256, (50, 30, 3), dtype=np.uint8)).save(tmp_path / "b.jpg", quality=90)
+    paths = ["a.png", "b.jpg"]
+    commands = [
+        ["predict", *paths, "--model", "tiny.keras", "--top", "3"],
+        ["inspect", *paths, "--model", "tiny.keras", "--out", "figures"],
+    ]
+    proc, imported = keras_vit_command(commands=commands, hide_tensorflow=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert imported == {"keras": True, "tensorflow": False}
+    assert sorted(os.listdir(tmp_path / "figures")) == [
+        "attention_rollout.png", "embedding_filters.png", "mean_attention_distance.png",
+        "position_embedding_similarity.png",
+    ]
+    printed = re.findall(r"^  \d\. \d +(\S+)  \(class (\d)\)$", proc.stdout, re.M)
+    assert len(printed) == 6, proc.stdout
+    before = np.stack([
+        augment.scale_to_unit(augment.eval_transform(decode_image_file(tf.constant(str(tmp_path / p)), 0)[0], 16))
+        for p in paths
+    ])
+    for i, probs in enumerate(model.predict(before, verbose=0)):
+        top = np.argsort(probs)[::-1][:3]
+        assert [int(index) for _, index in printed[3 * i : 3 * i + 3]] == list(top)
+        np.testing.assert_allclose([float(p) for p, _ in printed[3 * i : 3 * i + 3]], probs[top], atol=1e-4)

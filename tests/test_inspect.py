@@ -255,5 +255,5 @@ def test_inspect_command(models, tmp_path, rng, capsys):
     assert main(["inspect", str(image_path), "--model", "ViTX99", "--out", str(tmp_path / "x")]) == 2
     assert "Unknown --model 'ViTX99'" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path / "missing.png"), "--model", str(saved), "--out", str(tmp_path / "x")]) == 2
-    assert "No image at" in capsys.readouterr().err
+    assert "No image file" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

@@ -41,22 +41,11 @@ def _model_size(model, image_size):
 
 
 def load_images(paths, size):
-    """The images at `paths` as RGB float32 `(n, height, width, 3)` in [0, 255], resized."""
-    try:
-        from PIL import Image
-    except ImportError:
-        raise ImportError("keras-vit inspect needs Pillow to read images: pip install 'keras-vit[inspect]'.") from None
-    images = []
-    for path in paths:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"No image at {path}.")
-        try:
-            with Image.open(path) as image:
-                image = image.convert("RGB").resize((size[1], size[0]), Image.BILINEAR)
-        except OSError as error:
-            raise ValueError(f"{path}: not a readable image ({error}).") from None
-        images.append(np.asarray(image, dtype="float32"))
-    return np.stack(images)
+    """The images at `paths` as RGB float32 `(n, height, width, 3)` in [0, 255], resized to
+    `size` as `predict` and the input pipeline resize (`keras_vit.images`)."""
+    from keras_vit.images import read_image, resize
+
+    return np.stack([resize(read_image(path), size) for path in paths])
 
 
 def inspect_command(args):

@@ -72,7 +72,8 @@ def train_transform(image, seed, size, area_range, aspect_range, flip):
 
 
 def eval_transform(image, size, crop_fraction=1.0):
-    """Resize + centre crop to `size`; float32 pixels in [0, 255]."""
+    """Resize + centre crop to `size`; float32 pixels in [0, 255]. `keras_vit.images.center_crop`
+    is the same operation in NumPy (for `predict` without TensorFlow; tested equal)."""
     return center_crop(to_rgb(image), size, crop_fraction)
 
 

@@ -275,7 +275,8 @@ def _scan_folder(root, on_corrupt):
 
 
 def decode_image_file(path, label):
-    """Reads and decodes a JPEG / PNG / GIF / BMP file to a uint8 RGB image."""
+    """Reads and decodes a JPEG / PNG / GIF / BMP file to a uint8 RGB image (the same pixels as
+    `keras_vit.images.read_image`, which needs no TensorFlow)."""
     image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
     return tf.ensure_shape(image, [None, None, 3]), label
 

@@ -1,17 +1,16 @@
-"""Evaluate a trained model on a dataset, and classify image files with it."""
+"""Evaluate a trained model on a dataset (with `tf.data`), and classify image files with it
+(NumPy image loading: no TensorFlow on JAX and PyTorch)."""
 
 import json
 import os
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from keras_vit import images, layers  # noqa: F401 (layers: registered for keras.saving.load_model)
 from keras_vit.variants import VARIANTS
-from keras_vit.imagenet import imagenet_classes
-from keras_vit.training import augment, pipeline
-from keras_vit.training.data import load_source, decode_image_file
-from keras_vit.training.trainer import ends_with_softmax
+from keras_vit.imagenet import imagenet_classes, preprocess_input
+from keras_vit.training.heads import ends_with_softmax
 
 
 def run_metadata(model_path):
@@ -55,6 +54,9 @@ def evaluate(model_path, data=None, *, split="validation", batch_size=128, **sou
     Without `data` (and `source_options`), the data set, validation split and held-out
     fraction recorded with the run (config.json) are used, so the numbers match training's.
     """
+    from keras_vit.training import pipeline
+    from keras_vit.training.data import load_source
+
     model, _, eval_crop = load_model(model_path)
     config = run_metadata(model_path).get("config", {})
     data = data or config.get("data")
@@ -81,17 +83,10 @@ def evaluate(model_path, data=None, *, split="validation", batch_size=128, **sou
 
 
 def load_images(paths, image_size, crop_fraction=1.0):
-    """Image files -> a `(N, size, size, 3)` float32 batch in [-1, 1] (resize + centre crop)."""
-    images = []
-    for path in paths:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"No image file {path}.")
-        try:
-            image, _ = decode_image_file(tf.constant(path), 0)
-        except tf.errors.InvalidArgumentError:
-            raise ValueError(f"{path} is not a readable JPEG, PNG, GIF or BMP image.") from None
-        images.append(augment.scale_to_unit(augment.eval_transform(image, image_size, crop_fraction)).numpy())
-    return np.stack(images)
+    """Image files -> a `(N, size, size, 3)` float32 batch in [-1, 1]: the validation
+    pipeline's decoding, resize and centre crop (`keras_vit.images`), without TensorFlow."""
+    crops = [images.center_crop(images.read_image(path), image_size, crop_fraction) for path in paths]
+    return preprocess_input(np.stack(crops))
 
 
 def check_top(top):

@@ -14,6 +14,7 @@ import keras
 from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.training import checkpointing, distribution, layer_decay, optim, pipeline, precision
 from keras_vit.training.data import load_source
+from keras_vit.training.heads import logits_model
 from keras_vit.training.recipes import TrainConfig, recipe
 
 # Settings a resumed run must share with the run that wrote the checkpoint.
@@ -62,28 +63,6 @@ def build_model(config, num_classes):
         remat=config.remat,
         name=f"vit_{config.recipe}",
     )
-
-
-def _ends_with(model, activation):
-    last = model.layers[-1]
-    return isinstance(last, keras.layers.Activation) and last.activation is activation
-
-
-def ends_with_softmax(model):
-    """True if the model's last layer is a softmax `Activation` (it outputs probabilities)."""
-    return _ends_with(model, keras.activations.softmax)
-
-
-def logits_model(model):
-    """`(training_model, from_logits)`: the model without its final softmax where it has one.
-
-    The loss is then computed from float32 logits (stable under mixed precision); the
-    training model shares all layers (and weights) with `model`.
-    """
-    if ends_with_softmax(model):
-        logits = keras.layers.Activation("linear", dtype="float32", name="logits")(model.layers[-1].input)
-        return keras.Model(model.inputs, logits, name=f"{model.name}_logits"), True
-    return model, _ends_with(model, keras.activations.linear)
 
 
 def loss_and_metrics(num_classes, one_hot, from_logits, label_smoothing):

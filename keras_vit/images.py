@@ -1,0 +1,97 @@
+"""Image files to model inputs in NumPy (Pillow and simplejpeg decode), without TensorFlow.
+
+The same operations as the `tf.data` input pipeline, for `keras-vit predict` and `inspect`
+(`tests/test_images.py` checks them equal):
+
+- `read_image` = `keras_vit.training.data.decode_image_file` (`tf.io.decode_image(...,
+  channels=3)`): identical pixels for PNG (grey repeated, alpha dropped, palettes expanded,
+  16 bits cut to their high byte), BMP, GIF (first frame, transparent pixels black) and RGB or
+  grey JPEG (TensorFlow's IFAST DCT with fancy upsampling); CMYK JPEGs are within 2 levels
+  (libjpeg-turbo's CMYK -> RGB rounding).
+- `center_crop` = `keras_vit.training.augment.eval_transform`, and `resize` =
+  `augment.resize` (`tf.image.resize(..., "bilinear", antialias=True)`), within float32
+  rounding.
+"""
+
+import os
+
+import numpy as np
+import simplejpeg
+from PIL import Image
+
+FORMATS = ("JPEG", "PNG", "GIF", "BMP")
+
+
+def read_image(path):
+    """The image file at `path` as a uint8 `(height, width, 3)` RGB array.
+
+    Raises FileNotFoundError for a missing file, ValueError for one that is not a complete
+    JPEG, PNG, GIF or BMP image.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No image file {path}.")
+    try:
+        with Image.open(path, formats=FORMATS) as image:
+            if image.format == "JPEG":
+                with open(path, "rb") as handle:
+                    return simplejpeg.decode_jpeg(handle.read(), colorspace="RGB", fastdct=True, fastupsample=False)
+            return _to_rgb(image)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+        raise ValueError(f"{path} is not a readable JPEG, PNG, GIF or BMP image ({error}).") from None
+
+
+def _to_rgb(image):
+    """A decoded Pillow image (not JPEG) as libpng / TensorFlow's GIF decoder give it."""
+    if image.mode == "I" or image.mode.startswith("I;16"):  # 16-bit grey: the high byte (libpng strip_16)
+        grey = (np.asarray(image).astype(np.uint32) >> 8).astype(np.uint8)
+        return np.repeat(grey[..., None], 3, axis=-1)
+    if image.format == "GIF":  # TensorFlow leaves transparent pixels black
+        rgba = np.asarray(image.convert("RGBA"))
+        return np.where(rgba[..., 3:] == 0, 0, rgba[..., :3]).astype(np.uint8)
+    return np.asarray(image.convert("RGB"))
+
+
+def _resize_weights(in_size, out_size):
+    """`(out_size, in_size)` matrix of a bilinear resize antialiased when shrinking: a triangle
+    kernel at each output pixel's centre, widened by the shrink factor, rows normalised
+    (TensorFlow's `scale_and_translate` with the "triangle" kernel; `jax.image.resize(...,
+    "linear", antialias=True)`)."""
+    f32 = np.float32
+    inv_scale = f32(1) / (f32(out_size) / f32(in_size))  # float32 throughout, as TensorFlow
+    one_over_width = f32(1) / max(inv_scale, f32(1))
+    centres = (np.arange(out_size, dtype=f32) + f32(0.5)) * inv_scale
+    offsets = np.arange(in_size, dtype=f32) + f32(0.5) - centres[:, None]
+    weights = np.maximum(f32(0), f32(1) - np.abs(offsets * one_over_width))
+    return weights * (f32(1) / weights.sum(axis=1, keepdims=True))
+
+
+def resize(image, size):
+    """`(height, width, channels)` image -> `size = (height, width)`, bilinear, antialiased when
+    shrinking; float32 in the input's range."""
+    image = np.asarray(image, np.float32)
+    rows = _resize_first_axis(image, size[0])
+    return _resize_first_axis(rows.swapaxes(0, 1), size[1]).swapaxes(0, 1)
+
+
+def _resize_first_axis(image, out_size):
+    """Each output row: the weighted sum of the few input rows under its kernel."""
+    weights = _resize_weights(len(image), out_size)
+    support = weights > 0
+    first, last = support.argmax(axis=1), len(image) - 1
+    rows = np.arange(out_size)
+    out = np.zeros((out_size, *image.shape[1:]), np.float32)
+    for k in range(support.sum(axis=1).max()):
+        source = np.minimum(first + k, last)
+        weight = np.where(first + k <= last, weights[rows, source], 0)
+        out += weight[:, None, None] * image[source]
+    return out
+
+
+def center_crop(image, size, crop_fraction=1.0):
+    """Resize the shorter side to `size / crop_fraction`, then take the central `size` square;
+    float32 pixels in the input's range."""
+    shape = np.asarray(image.shape[:2], np.float32)
+    scale = np.float32(size / crop_fraction) / shape.min()  # float32, as the tf.data graph
+    scaled = np.maximum(np.round(shape * scale).astype(np.int32), size)
+    top, left = (scaled - size) // 2
+    return resize(image, scaled)[top : top + size, left : left + size]
