@@ -119,7 +119,10 @@ def test_every_option_shows_what_it_takes(capsys):
         "--precision {auto,float32,tf32,mixed_bfloat16,mixed_float16}", "--on-corrupt {skip,error}",
     ):
         assert shown in text, shown
-    assert "--format {npz,timm,hf,keras,kerashub}" in _help(capsys, "convert")
+    from keras_vit.weights.formats import export_names
+
+    assert {"npz", "timm", "hf", "keras", "kerashub"} <= set(export_names())
+    assert "--format {" + ",".join(export_names()) + "}" in _help(capsys, "convert")
     assert "--model VARIANT|MODEL.keras" in _help(capsys, "predict")
 
 

@@ -1,6 +1,6 @@
 """`keras-vit list-weights [MODEL]` and `keras-vit convert SRC DST`."""
 
-from keras_vit.weights.formats import export_names  # the registry of formats imports no Keras
+from keras_vit.weights.formats import export_names, output_rules  # the registry of formats imports no Keras
 
 def _list(args):
     from keras_vit.weights.registry import weights_table
@@ -22,11 +22,11 @@ def register(subparsers):
 
     parser = subparsers.add_parser(
         "convert",
-        help="convert a checkpoint between the original npz, timm, Hugging Face and Keras formats",
+        help=f"convert a checkpoint between formats ({', '.join(export_names())})",
     )
     parser.add_argument("src", metavar="SRC", help="checkpoint file or folder, or a named checkpoint such as ViTB16/imagenet")
     parser.add_argument(
-        "dst", metavar="DST", help="output: .npz (original), .safetensors (timm), a folder (Hugging Face), .keras or .weights.h5"
+        "dst", metavar="DST", help=f"output file or folder; its name picks the format unless --format is given ({output_rules()})"
     )
     parser.add_argument("--format", choices=export_names(), help="output format (default: from DST's name)")
     parser.add_argument(

@@ -354,7 +354,7 @@ def read_keras(path):
 # ------------------------------------------------------------------ folders
 
 
-def _read_json(path):
+def read_json(path):
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -366,7 +366,7 @@ def _sibling_config(path):
     """The Hugging Face `config.json` next to a weights file, if there is one."""
     config = os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
     if os.path.isfile(config):
-        data = _read_json(config)
+        data = read_json(config)
         if isinstance(data, dict) and "model_type" in data:
             return {"config": data}
     return {}
@@ -396,7 +396,7 @@ def _read_hf_weights(folder, name):
     path = os.path.join(folder, name)
     if not name.endswith(".index.json"):
         return _read_weights_file(path)
-    index = _read_json(path)
+    index = read_json(path)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise ValueError(f"{path}: a shard index without a weight_map (tensor name -> shard file).")
@@ -413,7 +413,7 @@ def read_folder(folder):
     names = sorted(os.listdir(folder))
     meta = {"files": names}
     if "config.json" in names:
-        meta["config"] = _read_json(os.path.join(folder, "config.json"))
+        meta["config"] = read_json(os.path.join(folder, "config.json"))
     files = _folder_weight_files(folder)
     if files[0] in HF_WEIGHT_FILES:
         tensors = _read_hf_weights(folder, files[0])

@@ -46,8 +46,17 @@ def for_output(path):
     if chosen is None and (os.path.isdir(path) or not os.path.splitext(path)[1]):
         chosen = next((f for f in writable if f.folder), None)
     if chosen is None:
-        rules = ", ".join(
-            f"{' / '.join(f.suffixes)} -> {f.option}" if f.suffixes else f"a folder -> {f.option}" for f in writable
+        raise ValueError(
+            f"Cannot tell the output format from {path!r}; pass format= one of {export_names()} ({output_rules()})."
         )
-        raise ValueError(f"Cannot tell the output format from {path!r}; pass format= one of {export_names()} ({rules}).")
     return chosen
+
+
+def output_rules():
+    """How an output name picks its format, e.g. ".npz -> npz, a folder -> hf"."""
+    writable = [f for f in FORMATS if f.write is not None]
+    return ", ".join(
+        f"{' / '.join(f.suffixes)} -> {f.option}" if f.suffixes else f"a folder -> {f.option}"
+        for f in writable
+        if f.suffixes or f is next(w for w in writable if w.folder)
+    )

@@ -95,7 +95,7 @@ def _configs(raw):
     config = raw.meta.get("config") or {}
     task = {}
     if os.path.isfile(os.path.join(raw.path, "task.json")):  # a preset folder's
-        task = containers._read_json(os.path.join(raw.path, "task.json"))
+        task = containers.read_json(os.path.join(raw.path, "task.json"))
     if config.get("registered_name") == CLASSIFIER:  # a classifier's `.keras` file
         config, task = config["config"].get("backbone") or {}, config
     return config.get("config", {}), task.get("config", {})
