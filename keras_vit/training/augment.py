@@ -1,8 +1,8 @@
 """Image transforms for the input pipeline, in TensorFlow ops (they run inside `tf.data`).
 
 Per example, randomness is stateless and keyed by a `(2,)` seed so a pipeline is
-reproducible and can be resumed at any example. The batch-level Keras layers (RandAugment,
-MixUp, CutMix) work inside `tf.data` on every Keras backend.
+reproducible and can be resumed at any example (RandAugment: `randaugment`). The batch-level
+Keras layers (MixUp, CutMix) work inside `tf.data` on every Keras backend.
 """
 
 import keras
@@ -74,30 +74,6 @@ def train_transform(image, seed, size, area_range, aspect_range, flip):
 def eval_transform(image, size, crop_fraction=1.0):
     """Resize + centre crop to `size`; float32 pixels in [0, 255]."""
     return center_crop(to_rgb(image), size, crop_fraction)
-
-
-class _Equalization(keras.layers.Equalization):
-    """`keras.layers.Equalization` whose histogram takes the TensorFlow path inside tf.data.
-
-    Keras picks its slow 256-step histogram whenever the *global* backend is JAX, even when
-    the layer runs on TensorFlow ops inside `tf.data`; that makes RandAugment ~100x slower.
-    """
-
-    def _custom_histogram_fixed_width(self, values, value_range, nbins):
-        if self.backend.name == "jax":
-            return super()._custom_histogram_fixed_width(values, value_range, nbins)
-        values = self.backend.cast(values, "float32")
-        low, high = (float(v) for v in value_range)
-        indices = self.backend.cast((values - low) * (nbins - 1) / (high - low), "int32")
-        indices = self.backend.numpy.reshape(self.backend.numpy.clip(indices, 0, nbins - 1), [-1])
-        return self.backend.numpy.bincount(indices, minlength=nbins)
-
-
-def rand_augment(num_ops, factor, seed=None):
-    """`keras.layers.RandAugment` on [0, 255] images, safe and fast in tf.data on all backends."""
-    layer = keras.layers.RandAugment(value_range=(0, 255), num_ops=num_ops, factor=factor, seed=seed)
-    layer.equalization = _Equalization(value_range=(0, 255), name="equalization")
-    return layer
 
 
 def mix_batch(mixup_alpha, cutmix_alpha, seed=None):
