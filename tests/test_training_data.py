@@ -268,6 +268,61 @@ def test_randaugment_mixup_cutmix_in_tf_data():
     assert (labels.max(axis=1) < 1.0 - 1e-6).any()  # some labels are mixed
 
 
+def _distinct_batch(count=8, size=12):
+    """Images whose every pixel names its example, and one-hot labels of distinct classes."""
+    rng = np.random.default_rng(0)
+    images = np.repeat(rng.permutation(count)[:, None, None, None] * 10.0 + 1, size * size * 3).reshape(count, size, size, 3)
+    return tf.constant(images, tf.float32), tf.constant(np.eye(count, dtype="float32"))
+
+
+def _partners(labels):
+    """Each example's mixing partner and weight, read off its mixed one-hot label."""
+    own = np.diag(labels)
+    other = labels - np.diag(own)
+    return other.argmax(axis=1), own
+
+
+def test_mixup_mixes_images_as_labels_say():
+    images, labels = _distinct_batch()
+    mixed, mixed_labels = (t.numpy() for t in augment.mixup(images, labels, tf.constant([1, 2]), 0.8))
+    np.testing.assert_allclose(mixed_labels.sum(axis=1), 1.0, rtol=1e-6)
+    partner, weight = _partners(mixed_labels)
+    x = images.numpy()
+    expected = weight[:, None, None, None] * x + (1 - weight[:, None, None, None]) * x[partner]
+    np.testing.assert_allclose(mixed, expected, rtol=1e-5)
+    assert sorted(partner[weight < 1 - 1e-6]) == sorted(set(partner[weight < 1 - 1e-6]))  # a permutation
+    weights = np.concatenate([_partners(augment.mixup(images, labels, tf.constant([i, 0]), 0.8)[1].numpy())[1]
+                              for i in range(100)])
+    assert 0.4 < weights.mean() < 0.6 and weights.std() > 0.25  # Beta(0.8, 0.8): mean 0.5, sd 0.32
+
+
+def test_cutmix_pastes_a_box_of_the_area_the_labels_say():
+    images, labels = _distinct_batch()
+    for i in range(20):
+        pasted, mixed_labels = (t.numpy() for t in augment.cutmix(images, labels, tf.constant([i, 3]), 1.0))
+        np.testing.assert_allclose(mixed_labels.sum(axis=1), 1.0, rtol=1e-6)
+        partner, weight = _partners(mixed_labels)
+        x = images.numpy()
+        for k in range(len(x)):
+            from_partner = pasted[k, :, :, 0] == x[partner[k], 0, 0, 0]
+            assert np.all(from_partner | (pasted[k, :, :, 0] == x[k, 0, 0, 0]))
+            rows, cols = np.nonzero(from_partner)
+            if len(rows) and partner[k] != k:  # a rectangle of about the area 1 - weight
+                assert len(rows) == (np.ptp(rows) + 1) * (np.ptp(cols) + 1)
+                assert abs(len(rows) / 144 - (1 - weight[k])) <= (2 * 12 + 1) / 144
+
+
+def test_mixed_stream_is_resumable():
+    source = data.load_source("digits")
+    aug = pipeline.Augmentation(16, crop_area=(0.5, 1.0), mixup=0.8, cutmix=1.0)
+    full = _batches(pipeline.train_dataset(source, aug, 16, seed=3, deterministic=True), 6)
+    resumed = _batches(pipeline.train_dataset(source, aug, 16, seed=3, start=4 * 16, deterministic=True), 2)
+    for (xa, ya), (xb, yb) in zip(full[4:], resumed):
+        np.testing.assert_array_equal(xa, xb)
+        np.testing.assert_array_equal(ya, yb)
+    assert all((y.max(axis=1) < 1 - 1e-6).any() for _, y in full)
+
+
 def test_augmentation_validation():
     with pytest.raises(ValueError, match="crop_area"):
         pipeline.Augmentation(16, crop_area=(0.0, 1.0))
