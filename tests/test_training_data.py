@@ -271,7 +271,8 @@ def test_randaugment_mixup_cutmix_in_tf_data():
 def _distinct_batch(count=8, size=12):
     """Images whose every pixel names its example, and one-hot labels of distinct classes."""
     rng = np.random.default_rng(0)
-    images = np.repeat(rng.permutation(count)[:, None, None, None] * 10.0 + 1, size * size * 3).reshape(count, size, size, 3)
+    values = rng.permutation(count) * 10.0 + 1
+    images = np.broadcast_to(values[:, None, None, None], (count, size, size, 3)).copy()
     return tf.constant(images, tf.float32), tf.constant(np.eye(count, dtype="float32"))
 
 
