@@ -1,11 +1,10 @@
 """Image transforms for the input pipeline, in TensorFlow ops (they run inside `tf.data`).
 
 Per example, randomness is stateless and keyed by a `(2,)` seed so a pipeline is
-reproducible and can be resumed at any example. The batch-level Keras layers (RandAugment,
-MixUp, CutMix) work inside `tf.data` on every Keras backend.
+reproducible and can be resumed at any example (RandAugment: `randaugment`); MixUp and CutMix
+(Keras' semantics) take a seed per batch.
 """
 
-import keras
 import tensorflow as tf
 
 
@@ -77,54 +76,65 @@ def eval_transform(image, size, crop_fraction=1.0):
     return center_crop(to_rgb(image), size, crop_fraction)
 
 
-class _Equalization(keras.layers.Equalization):
-    """`keras.layers.Equalization` whose histogram takes the TensorFlow path inside tf.data.
-
-    Keras picks its slow 256-step histogram whenever the *global* backend is JAX, even when
-    the layer runs on TensorFlow ops inside `tf.data`; that makes RandAugment ~100x slower.
-    """
-
-    def _custom_histogram_fixed_width(self, values, value_range, nbins):
-        if self.backend.name == "jax":
-            return super()._custom_histogram_fixed_width(values, value_range, nbins)
-        values = self.backend.cast(values, "float32")
-        low, high = (float(v) for v in value_range)
-        indices = self.backend.cast((values - low) * (nbins - 1) / (high - low), "int32")
-        indices = self.backend.numpy.reshape(self.backend.numpy.clip(indices, 0, nbins - 1), [-1])
-        return self.backend.numpy.bincount(indices, minlength=nbins)
+def _beta(count, alpha, seed):
+    """`count` draws of Beta(alpha, alpha) (a ratio of two gamma draws)."""
+    first, second = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    x = tf.random.stateless_gamma([count], first, alpha)
+    return x / (x + tf.random.stateless_gamma([count], second, alpha))
 
 
-def rand_augment(num_ops, factor, seed=None):
-    """`keras.layers.RandAugment` on [0, 255] images, safe and fast in tf.data on all backends."""
-    layer = keras.layers.RandAugment(value_range=(0, 255), num_ops=num_ops, factor=factor, seed=seed)
-    layer.equalization = _Equalization(value_range=(0, 255), name="equalization")
-    return layer
+def mixup(images, labels, seed, alpha):
+    """Keras' `MixUp(alpha)` on a batch: each image and label mixed with those of a random
+    permutation of the batch, weight Beta(alpha, alpha) per example."""
+    perm_seed, weight_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    count = tf.shape(images)[0]
+    order = tf.argsort(tf.random.stateless_uniform([count], perm_seed))
+    weight = _beta(count, alpha, weight_seed)
+    mixed = weight[:, None, None, None] * images + (1 - weight[:, None, None, None]) * tf.gather(images, order)
+    return mixed, weight[:, None] * labels + (1 - weight[:, None]) * tf.gather(labels, order)
 
 
-def mix_batch(mixup_alpha, cutmix_alpha, seed=None):
-    """A batch transform `(images, one_hot_labels) -> mixed` with MixUp and/or CutMix.
+def cutmix(images, labels, seed, factor):
+    """Keras' `CutMix(factor)` on a batch: alpha U(0, factor) per batch, then per example a box
+    of relative side sqrt(1 - Beta(alpha, alpha)) at a uniform place, filled from a random
+    permutation of the batch; labels mixed by the box's area."""
+    alpha_seed, weight_seed, place_seed, perm_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
+    count, height, width = tf.unstack(tf.shape(images)[:3])
+    alpha = tf.random.stateless_uniform([], alpha_seed, 0.0, factor) + 1e-6
+    side = tf.sqrt(1.0 - _beta(count, alpha, weight_seed))
+    sizes = tf.cast(tf.stack([width, height]), tf.float32)
+    lengths = side[:, None] * sizes  # (count, 2): box width, height
+    begins = tf.random.stateless_uniform([count, 2], place_seed) * (sizes - lengths)
+    ends = begins + lengths
+    x = tf.cast(tf.range(width), tf.float32)[None, None, :]
+    y = tf.cast(tf.range(height), tf.float32)[None, :, None]
+    inside = (x >= begins[:, 0, None, None]) & (x < ends[:, 0, None, None])
+    inside &= (y >= begins[:, 1, None, None]) & (y < ends[:, 1, None, None])
+    order = tf.argsort(tf.random.stateless_uniform([count], perm_seed))
+    images = tf.where(inside[..., None], tf.gather(images, order), images)
+    weight = 1.0 - lengths[:, 0] * lengths[:, 1] / (sizes[0] * sizes[1])
+    return images, weight[:, None] * labels + (1 - weight[:, None]) * tf.gather(labels, order)
+
+
+def mix_batch(mixup_alpha, cutmix_alpha):
+    """A batch transform `(images, one_hot_labels, seed) -> mixed` with MixUp and/or CutMix,
+    stateless (`seed`: `(2,)`); None when both are off.
 
     With both, each batch gets one of the two at random (as timm does).
     """
-    layers = []
-    if mixup_alpha > 0:
-        layers.append(keras.layers.MixUp(alpha=mixup_alpha, seed=seed))
-    if cutmix_alpha > 0:
-        layers.append(keras.layers.CutMix(factor=cutmix_alpha, seed=None if seed is None else seed + 1))
-    if not layers:
+    if mixup_alpha <= 0 and cutmix_alpha <= 0:
         return None
 
-    def apply(layer, images, labels):
-        out = layer({"images": images, "labels": labels})
-        return out["images"], out["labels"]
-
-    def mix(images, labels):
-        if len(layers) == 1:
-            return apply(layers[0], images, labels)
+    def mix(images, labels, seed):
+        choice_seed, seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+        if cutmix_alpha <= 0:
+            return mixup(images, labels, seed, mixup_alpha)
+        if mixup_alpha <= 0:
+            return cutmix(images, labels, seed, cutmix_alpha)
         return tf.cond(
-            tf.random.uniform(()) < 0.5,
-            lambda: apply(layers[0], images, labels),
-            lambda: apply(layers[1], images, labels),
+            tf.random.stateless_uniform([], choice_seed) < 0.5,
+            lambda: mixup(images, labels, seed, mixup_alpha),
+            lambda: cutmix(images, labels, seed, cutmix_alpha),
         )
 
     return mix

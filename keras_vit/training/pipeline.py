@@ -3,9 +3,10 @@
 Training stream: shuffle (a new order every pass over the data) -> repeat forever -> per
 example decode, inception crop, flip, [RandAugment] -> batch (dropping no data: batches run
 across epoch boundaries) -> scale to [-1, 1] -> [MixUp / CutMix] -> prefetch. Each example's
-crop and flip are drawn from a seed keyed by its position in the stream, so the stream is a
-pure function of `seed` and can be started at any example (`start`), which is how a resumed
-run continues exactly where it stopped.
+crop, flip and RandAugment ops, and each batch's MixUp / CutMix, are drawn from a seed keyed
+by (first) example position in the stream, so the stream is a pure function of `seed` and can
+be started at any example (`start`), which is how a resumed run continues exactly where it
+stopped.
 
 Evaluation: decode -> resize + centre crop -> scale -> batch -> prefetch.
 """
@@ -14,7 +15,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from keras_vit.training import augment
+from keras_vit.training import augment, randaugment
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -106,27 +107,27 @@ def train_dataset(
         image, label = source.decode(*element) if source.decode else element
         key = tf.stack([tf.cast(seed, tf.int64), position])
         image = augment.train_transform(image, key, aug.image_size, aug.crop_area, aug.crop_aspect, aug.flip)
-        return image, label
+        if aug.randaugment_ops:
+            ra_key = tf.random.experimental.stateless_fold_in(key, 1)
+            image = randaugment.rand_augment(image, ra_key, aug.randaugment_ops, aug.randaugment_factor)
+        return image, label, position
 
     stream = stream.map(example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     if source.decode is not None and on_corrupt == "skip":
         stream = stream.ignore_errors()
-    if aug.randaugment_ops:
-        layer = augment.rand_augment(aug.randaugment_ops, aug.randaugment_factor, seed=seed)
-        stream = stream.map(
-            lambda image, label: (layer(image), label),
-            num_parallel_calls=None if deterministic else AUTOTUNE,
-        )
     stream = stream.batch(batch_size, drop_remainder=True)
-    mix = augment.mix_batch(aug.mixup, aug.cutmix, seed=seed)
+    mix = augment.mix_batch(aug.mixup, aug.cutmix)
     num_classes = source.num_classes
 
-    def finish(images, labels):
-        return augment.scale_to_unit(images), _labels(labels, num_classes, one_hot or mix is not None)
+    def finish(images, labels, positions):
+        images, labels = augment.scale_to_unit(images), _labels(labels, num_classes, one_hot or mix is not None)
+        if mix is None:
+            return images, labels
+        # keyed by the batch's first example: reproducible and resumable like the examples
+        key = tf.random.experimental.stateless_fold_in(tf.stack([tf.cast(seed, tf.int64), positions[0]]), 2)
+        return mix(images, labels, key)
 
     stream = stream.map(finish, num_parallel_calls=AUTOTUNE)
-    if mix is not None:
-        stream = stream.map(mix, num_parallel_calls=None if deterministic else AUTOTUNE)
     return stream.prefetch(AUTOTUNE).with_options(_options(deterministic))
 
 
