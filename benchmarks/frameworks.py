@@ -91,10 +91,13 @@ class KerasRunner:
 
 
 class KerasViTRunner(KerasRunner):
+    """keras_vit's `VisionTransformer` of `cfg["variant"]`, or of `cfg["architecture"]`
+    (patch, width, depth, heads, MLP) when given (torch_profile.py's tiny model)."""
+
     def _build(self, cfg):
         from keras_vit import VisionTransformer
 
-        patch, width, depth, heads, mlp = ARCHITECTURES[cfg["variant"]]
+        patch, width, depth, heads, mlp = cfg.get("architecture") or ARCHITECTURES[cfg["variant"]]
         size = cfg["resolution"]
         return VisionTransformer(
             patch,

@@ -127,13 +127,69 @@ def test_fused_attention_gradients_match_explicit_path(rng, heads):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_fused_attention_is_keras_attention(rng):
-    """Outside a JAX GPU's training path it is Keras' attention; on PyTorch it skips Keras'
-    flash-attention probe, not the computation."""
-    q, k, v = (rng.standard_normal((2, 7, 3, 8)).astype("float32") for _ in range(3))
-    np.testing.assert_array_equal(
-        ops.convert_to_numpy(dot_product_attention(q, k, v)), ops.convert_to_numpy(ops.dot_product_attention(q, k, v))
-    )
+@pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-6), ("bfloat16", 1e-2)])
+def test_fused_attention_is_keras_attention(rng, dtype, tolerance):
+    """Outside a JAX GPU's training path it is Keras' attention (values and gradients), on
+    the strided q/k/v views of one qkv tensor that `MultiHeadSelfAttention` passes; on
+    PyTorch without Keras' flash-attention probe or its contiguous copies."""
+    qkv = rng.standard_normal((2, 7, 3, 3, 8)).astype("float32")
+
+    def loss(attention):
+        def f(qkv):
+            qkv = ops.cast(qkv, dtype)
+            out = attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2])
+            return ops.sum(ops.sin(ops.cast(out, "float32")))
+
+        return f
+
+    got_value, (got_grad,) = value_and_grads(loss(dot_product_attention), qkv)
+    want_value, (want_grad,) = value_and_grads(loss(ops.dot_product_attention), qkv)
+    np.testing.assert_allclose(got_value, want_value, rtol=tolerance)
+    np.testing.assert_allclose(got_grad, want_grad, rtol=tolerance, atol=tolerance)
+
+
+def test_linear_under_mixed_bfloat16_matches_float64_and_dense(rng):
+    """The bfloat16 product (on PyTorch one `addmm` with the bias inside) is as close to the
+    float64 result as Keras' `Dense`; inputs of another dtype than the kernel take `Dense.call`."""
+    x = rng.standard_normal((4, 5, 32)).astype("float32")
+    linear, dense = Linear(48, dtype="mixed_bfloat16"), keras.layers.Dense(48, dtype="mixed_bfloat16")
+    linear.build(x.shape)
+    dense.build(x.shape)
+    weights = [0.2 * rng.standard_normal((32, 48)).astype("float32"), rng.standard_normal(48).astype("float32")]
+    linear.set_weights(weights)
+    dense.set_weights(weights)
+    want = x.astype("float64") @ weights[0] + weights[1]
+    got = ops.convert_to_numpy(ops.cast(linear(x), "float32"))
+    plain = ops.convert_to_numpy(ops.cast(dense(x), "float32"))
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() <= max(np.abs(plain - want).max(), 2**-8 * scale)
+    np.testing.assert_allclose(got, plain, atol=2**-6 * scale)
+    mixed = ops.convert_to_numpy(run(linear, ops.convert_to_tensor(x)))  # float32 input, bfloat16 kernel
+    np.testing.assert_array_equal(mixed, ops.convert_to_numpy(dense.call(ops.convert_to_tensor(x))))
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="the op sequence PyTorch runs")
+def test_torch_attention_forward_fuses_biases_and_copies_nothing(rng):
+    """One attention forward on PyTorch: the qkv and out projections are one `addmm` each
+    (bias inside the product, no separate add) and q/k/v go to SDPA as views (no copies)."""
+    import torch
+    from torch.profiler import profile
+
+    x = torch.tensor(rng.standard_normal((2, 9, 16)).astype("float32"))
+    layer = MultiHeadSelfAttention(2)
+    layer.build(x.shape)
+    with profile() as prof:
+        layer(x)
+    names = [event.name for event in prof.events()]
+    assert names.count("aten::addmm") == 2 and "aten::mm" not in names and "aten::add" not in names
+    copies = [
+        event.name
+        for event in prof.events()
+        if event.name in ("aten::clone", "aten::copy_", "aten::_to_copy")
+        and getattr(event.cpu_parent, "name", None) != "aten::addmm"  # addmm starts from the bias
+    ]
+    assert copies == []
+    assert any("scaled_dot_product" in n for n in names)
 
 
 def test_sublayer_run_is_the_layer_call_and_keeps_quantised_dispatch(rng):

@@ -57,18 +57,31 @@ def padded_implementation(dtype, head_dim):
     return "cudnn"
 
 
+def torch_attention(q, k, v):
+    """PyTorch: `scaled_dot_product_attention` on the heads-first views of q/k/v, which
+    picks the flash / memory-efficient kernel itself (the CPU flash kernel included).
+
+    Keras' `ops.dot_product_attention` computes the same, but either runs its flash-attention
+    probe, a pybind11 `SDPAParams` that torch.compile cannot trace (a graph break in every
+    block; keras-team/keras#23327), or, with `flash_attention=False`, copies q, k and v to
+    contiguous tensors first (3 copies per block, forward and backward)."""
+    import torch
+
+    q, k, v = (ops.convert_to_tensor(t).transpose(1, 2) for t in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    return out.transpose(1, 2)
+
+
 def dot_product_attention(q, k, v, training=False):
     """Attention over `(batch, tokens, heads, head_dim)`: the padded cuDNN kernel when
-    training on a JAX GPU that has it, `keras.ops.dot_product_attention` everywhere else
-    (inference included, where Keras already picks cuDNN for any length).
-
-    On PyTorch `flash_attention=False` skips only Keras' flash-attention probe, a pybind11
-    `SDPAParams` that torch.compile cannot trace (a graph break in every block;
-    keras-team/keras#23327): `scaled_dot_product_attention` still picks the flash /
-    memory-efficient kernel itself."""
+    training on a JAX GPU that has it, `torch_attention` on PyTorch for q/k/v of one dtype,
+    `keras.ops.dot_product_attention` everywhere else (inference included, where Keras
+    already picks cuDNN for any length)."""
+    backend = keras.backend.backend()
+    if backend == "torch" and q.dtype == k.dtype == v.dtype:
+        return torch_attention(q, k, v)
     if training:
         implementation = padded_implementation(keras.backend.standardize_dtype(q.dtype), q.shape[-1])
         if implementation is not None:
             return padded_attention(q, k, v, implementation=implementation)
-    flash = False if keras.backend.backend() == "torch" else None
-    return ops.dot_product_attention(q, k, v, flash_attention=flash)
+    return ops.dot_product_attention(q, k, v, flash_attention=False if backend == "torch" else None)

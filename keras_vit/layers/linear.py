@@ -40,21 +40,35 @@ def _read(variable):
     return ops.reshape(variable, ops.shape(variable))
 
 
+def _torch_linear(x, kernel, bias):
+    """`x @ kernel + bias` on PyTorch as one `torch.nn.functional.linear` (an `addmm` with
+    the bias added in the product, as transformers' and timm's layers do), where `Dense.call`
+    runs a Keras matmul and a Keras add: one op instead of two, and no Keras dispatch."""
+    import torch
+
+    return torch.nn.functional.linear(x, kernel.T, bias)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class Linear(keras.layers.Dense):
     """`keras.layers.Dense` (same weights `kernel`, `bias`, same outputs) computed by
-    `_affine` on JAX, whose train step XLA compiles for CPU. Elsewhere, and for what
-    `_affine` does not cover (no bias, an activation, LoRA, quantisation), it is `Dense.call`:
-    on PyTorch a custom gradient only adds an autograd Function per call (measured: 3% of
-    ViT-B/16 inference), and TensorFlow's XLA does not show the pathology."""
+    `_affine` on JAX, whose train step XLA compiles for CPU, and by `_torch_linear` on
+    PyTorch. On TensorFlow, and for what those do not cover (no bias, an activation, LoRA,
+    quantisation, inputs of another dtype than the kernel), it is `Dense.call`; TensorFlow's
+    XLA does not show the pathology `_affine` avoids."""
 
     def call(self, inputs, training=None):
-        if (
-            keras.backend.backend() != "jax"
-            or self.bias is None
+        backend = keras.backend.backend()
+        plain = (
+            self.bias is None
             or self.activation is not keras.activations.linear
             or self.lora_enabled
             or self.quantization_mode is not None
-        ):
-            return super().call(inputs, training=training)
-        return _affine(inputs, _read(self.kernel), _read(self.bias))
+        )
+        if not plain and backend == "jax":
+            return _affine(inputs, _read(self.kernel), _read(self.bias))
+        if not plain and backend == "torch":
+            kernel = ops.convert_to_tensor(self.kernel)
+            if inputs.dtype == kernel.dtype:
+                return _torch_linear(inputs, kernel, ops.convert_to_tensor(self.bias))
+        return super().call(inputs, training=training)
