@@ -7,6 +7,8 @@ import sys
 
 # Each module has `register(subparsers)`, which adds its sub-commands with a `func(args)`.
 COMMAND_MODULES = ("keras_vit.applications.commands", "keras_vit.weights.commands", "keras_vit.inspect.commands", "keras_vit.training.commands")
+# The extra that installs each Keras backend (pyproject.toml).
+BACKEND_EXTRAS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 
 
 def build_parser():
@@ -31,8 +33,19 @@ def main(argv=None):
     try:
         return args.func(args) or 0
     except (ValueError, OSError, ImportError) as error:  # bad input, files, missing packages
-        print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
+        print(f"keras-vit {args.command}: error: {_explain(error)}", file=sys.stderr)
         return 2
+
+
+def _explain(error):
+    """The message of `error`; a missing backend package also says how to install it."""
+    name = (getattr(error, "name", None) or "").split(".")[0]
+    if not isinstance(error, ModuleNotFoundError) or name not in BACKEND_EXTRAS:
+        return str(error)
+    return (
+        f"{error}: install it with pip install 'keras-vit[{BACKEND_EXTRAS[name]}]', or set "
+        f"KERAS_BACKEND to an installed backend ({', '.join(BACKEND_EXTRAS)})"
+    )
 
 
 if __name__ == "__main__":

@@ -271,3 +271,20 @@ def test_predict_and_inspect_run_without_tensorflow(tmp_path):
         top = np.argsort(probs)[::-1][:3]
         assert [int(index) for _, index in printed[3 * i : 3 * i + 3]] == list(top)
         np.testing.assert_allclose([float(p) for p, _ in printed[3 * i : 3 * i + 3]], probs[top], atol=1e-4)
+
+
+def test_a_missing_backend_says_how_to_install_it(tmp_path):
+    """KERAS_BACKEND=tensorflow without TensorFlow installed: one line naming the extra, exit 2."""
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "a.png")
+    (tmp_path / "m.keras").write_bytes(b"")
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+    proc, _ = keras_vit_command("predict", "a.png", "--model", "m.keras", hide_tensorflow=True, cwd=tmp_path, env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    error = [line for line in proc.stderr.splitlines() if line.startswith("keras-vit predict: error:")]
+    assert len(error) == 1, proc.stderr[-3000:]
+    assert error[0].startswith("keras-vit predict: error: No module named 'tensorflow"), error
+    assert error[0].endswith(
+        ": install it with pip install 'keras-vit[tensorflow]', or set KERAS_BACKEND to an installed "
+        "backend (tensorflow, jax, torch)"
+    ), error
+    assert "Traceback" not in proc.stderr
