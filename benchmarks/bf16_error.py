@@ -7,7 +7,7 @@ The same random weights (Glorot-initialised encoder, N(0, 0.02) embeddings, N(0,
 head; seeded) and images go through keras_vit under "float32" and "mixed_bfloat16" and, with
 `--torch-autocast`, through Hugging Face transformers under `torch.autocast(bfloat16)` on the
 same weights (exported with `keras_vit.weights.export(format="hf")`). Error: ||logits -
-reference|| / ||reference|| over the batch, the reference being tests/reference.py in float64.
+reference|| / ||reference|| over the batch, the reference being numpy_vit.py in float64.
 """
 
 import argparse
@@ -23,9 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import keras  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit.applications.configs import variant  # noqa: E402
-from tests.helpers import reference_params  # noqa: E402
-from tests.reference import vit_forward  # noqa: E402
+from keras_vit.variants import variant  # noqa: E402
+from numpy_vit import reference_params, vit_forward  # noqa: E402
 
 
 def weights_like_a_trained_vit(model, seed=0):

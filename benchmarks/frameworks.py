@@ -7,42 +7,7 @@ AdamW (lr 1e-4, weight decay 0.05) on softmax cross-entropy, the same batch, res
 precision.
 """
 
-import numpy as np
-
-NUM_CLASSES = 1000
-LEARNING_RATE = 1e-4
-WEIGHT_DECAY = 0.05
-
-# The architecture of each variant (as keras_vit.variants, duplicated so that
-# the reference workers never import keras_vit).
-ARCHITECTURES = {
-    "ViTTi16": (16, 192, 12, 3, 768),
-    "ViTS16": (16, 384, 12, 6, 1536),
-    "ViTS32": (32, 384, 12, 6, 1536),
-    "ViTB16": (16, 768, 12, 12, 3072),
-    "ViTB32": (32, 768, 12, 12, 3072),
-    "ViTL16": (16, 1024, 24, 16, 4096),
-    "ViTL32": (32, 1024, 24, 16, 4096),
-    "ViTH14": (14, 1280, 32, 16, 5120),
-}
-TIMM_NAMES = {
-    "ViTTi16": "vit_tiny_patch16_224",
-    "ViTS16": "vit_small_patch16_224",
-    "ViTS32": "vit_small_patch32_224",
-    "ViTB16": "vit_base_patch16_224",
-    "ViTB32": "vit_base_patch32_224",
-    "ViTL16": "vit_large_patch16_224",
-    "ViTL32": "vit_large_patch32_224",
-    "ViTH14": "vit_huge_patch14_224",
-}
-
-
-def _data(cfg):
-    rng = np.random.default_rng(0)
-    size = cfg["resolution"]
-    images = rng.uniform(-1.0, 1.0, (cfg["batch"], size, size, 3)).astype("float32")
-    labels = rng.integers(0, NUM_CLASSES, (cfg["batch"],)).astype("int32")
-    return images, labels
+from workload import ARCHITECTURES, LEARNING_RATE, NUM_CLASSES, TIMM_NAMES, WEIGHT_DECAY, batch
 
 
 def device_tensor(array):
@@ -78,7 +43,7 @@ class KerasRunner:
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             jit_compile=jit,
         )
-        self.images, self.labels = (device_tensor(a) for a in _data(cfg))
+        self.images, self.labels = (device_tensor(a) for a in batch(cfg))
 
     def _build(self, cfg):
         raise NotImplementedError
@@ -147,7 +112,7 @@ class TorchRunner:
         torch.manual_seed(0)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model = self._build(cfg).to(self.device)
-        images, labels = _data(cfg)
+        images, labels = batch(cfg)
         self.images = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous().to(self.device)
         self.labels = torch.from_numpy(labels).long().to(self.device)
         self.bf16 = cfg["precision"] == "mixed_bfloat16"

@@ -118,14 +118,14 @@ class JaxViTRunner:
         import jax
         import jax.numpy as jnp
 
-        from frameworks import ARCHITECTURES, NUM_CLASSES, _data
+        from workload import ARCHITECTURES, NUM_CLASSES, batch
 
         arch = ARCHITECTURES[cfg["variant"]]
         dtype = jnp.bfloat16 if cfg["precision"] == "mixed_bfloat16" else jnp.float32
         self.params = jax.device_put(init_params(arch, cfg["resolution"], NUM_CLASSES))
         self.opt = {"count": jnp.zeros((), jnp.int32), "mu": jax.tree.map(jnp.zeros_like, self.params),
                     "nu": jax.tree.map(jnp.zeros_like, self.params)}
-        images, labels = _data(cfg)
+        images, labels = batch(cfg)
         self.images, self.labels = jax.device_put(images), jax.device_put(labels)
         forward = make_forward(arch, dtype)
         self.forward = jax.jit(forward)

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from frameworks import ARCHITECTURES
+from workload import ARCHITECTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BACKENDS = ("tensorflow", "jax", "torch")

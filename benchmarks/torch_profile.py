@@ -181,7 +181,7 @@ def main(argv=None):
               file=sys.stderr)
         return 2
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from frameworks import ARCHITECTURES
+    from workload import ARCHITECTURES
 
     base = dict(QUICK) if args.quick else dict(variant=args.variant, resolution=224, threads=args.threads)
     if not args.quick and args.variant not in ARCHITECTURES:

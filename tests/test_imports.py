@@ -1,8 +1,12 @@
-"""The import graph of keras_vit: no cycles, and `weights` never imports `applications`.
+"""The import graph of the repository: no cycles anywhere (keras_vit, tests, benchmarks),
+`weights` never imports `applications`, tests import only `tests.support` of the tests, and
+no benchmark imports the tests.
 
 Every `import` statement of every module counts, at module level or inside a function (a
 deferred import still ties the two modules together). `from package import name` is an
-edge to `package.name` when that is a module, else to `package` itself.
+edge to `package.name` when that is a module, else to `package` itself. The benchmark scripts
+import one another by bare name (`import throughput`), so they are named so here, and
+`benchmarks.numpy_vit` is the same module as `numpy_vit`.
 """
 
 import ast
@@ -11,16 +15,25 @@ import pathlib
 import keras_vit
 
 ROOT = pathlib.Path(keras_vit.__file__).parent
+REPO = ROOT.parent
+# (folder, module-name prefix) of each part of the repository.
+PARTS = ((ROOT, ["keras_vit"]), (REPO / "tests", ["tests"]), (REPO / "benchmarks", []))
 
 
 def _modules():
     modules = {}
-    for path in ROOT.rglob("*.py"):
-        parts = ["keras_vit", *path.relative_to(ROOT).with_suffix("").parts]
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
+    for folder, prefix in PARTS:
+        for path in folder.rglob("*.py"):
+            parts = [*prefix, *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            if parts:
+                modules[".".join(parts)] = path
     return modules
+
+
+def _resolve(target):
+    return target.removeprefix("benchmarks.")
 
 
 def _imports(name, path, modules):
@@ -28,15 +41,16 @@ def _imports(name, path, modules):
     targets = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            targets.update(alias.name for alias in node.names)
+            targets.update(_resolve(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + [base] if base else anchor)
             for alias in node.names:
-                targets.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
-    return {t for t in targets if t in modules and t != name}
+                full = _resolve(f"{base}.{alias.name}")
+                targets.add(full if full in modules else _resolve(base))
+    return {_resolve(t) for t in targets} & modules.keys() - {name}
 
 
 def import_graph():
@@ -92,3 +106,20 @@ def test_weights_do_not_import_applications():
         if target.startswith("keras_vit.applications")
     }
     assert not offenders, offenders
+
+
+def test_tests_share_code_only_through_support():
+    offenders = {
+        (name, target)
+        for name, targets in import_graph().items()
+        for target in targets
+        if target.startswith("tests") and not target.startswith("tests.support")
+    }
+    assert not offenders, offenders
+
+
+def test_benchmarks_do_not_import_tests():
+    graph = import_graph()
+    benchmarks = {name for name in graph if not name.startswith(("keras_vit", "tests"))}
+    offenders = {(name, t) for name in benchmarks for t in graph[name] if t.startswith("tests")}
+    assert benchmarks and not offenders, offenders

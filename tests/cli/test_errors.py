@@ -1,0 +1,242 @@
+"""`keras-vit` on bad input: exit code 2 and one clear line, never a traceback; and what
+`export` and `convert` never overwrite."""
+
+import os
+import pickle
+import sys
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.cli import main
+from keras_vit.training import export as export_lib
+from tests.support.checkpoints import TINY, original_npz_params
+
+SMALL = dict(patch_size=4, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64, input_shape=(16, 16, 3), classes=3)
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "m.keras"
+    keras_vit.VisionTransformer(**SMALL).save(path)
+    return path
+
+
+@pytest.fixture
+def npz(rng, tmp_path):
+    path = tmp_path / "ckpt.npz"
+    np.savez(path, **original_npz_params(rng, **TINY, classes=5))
+    return path
+
+
+def fails(argv, capsys, *fragments):
+    """Runs the command; asserts exit code 2 and one error line holding every fragment."""
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    line = next(line for line in err.splitlines() if ": error: " in line)
+    for fragment in fragments:
+        assert str(fragment) in line, (fragment, line)
+    return line
+
+
+def fake_saved_model(marker):
+    """A stand-in for the SavedModel writer: a folder shaped like one, holding `marker`."""
+
+    def write(model, fmt, output):
+        os.makedirs(os.path.join(output, "variables"))
+        with open(os.path.join(output, "saved_model.pb"), "w") as f:
+            f.write(marker)
+        return True
+
+    return write
+
+
+# ------------------------------------------------------------------------- clear errors
+
+
+def test_onnx_export_without_onnxscript(model_file, tmp_path, capsys, monkeypatch):
+    for name in ("onnxscript", "tf2onnx", "jax2onnx"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
+    output = tmp_path / "m.onnx"
+    fails(["export", model_file, "--format", "onnx", "--output", output], capsys, "onnxscript", "not installed")
+    assert os.listdir(tmp_path) == []
+
+
+def test_export_to_a_path_that_cannot_be_written(model_file, tmp_path, capsys):
+    (tmp_path / "afile").write_text("a file, not a folder")
+    fails(
+        ["export", model_file, "--format", "saved_model", "--output", tmp_path / "afile" / "out"], capsys,
+        f"Cannot write {tmp_path}/afile/out", "is a file, not a folder",
+    )
+    if os.path.isdir("/proc"):
+        fails(["export", model_file, "--format", "saved_model", "--output", "/proc/keras_vit_out"], capsys,
+              "Cannot write /proc/keras_vit_out")
+
+
+def test_pickle_named_safetensors(tmp_path, capsys):
+    path = tmp_path / "weights.safetensors"
+    with open(path, "wb") as f:
+        pickle.dump({"w": np.zeros(3)}, f)
+    fails(["convert", path, tmp_path / "out.npz"], capsys, str(path), "refused to load")
+
+
+def test_torch_state_dict_named_safetensors_is_read_as_torch(tmp_path):
+    torch = pytest.importorskip("torch")
+    from keras_vit.weights.containers import open_checkpoint
+
+    torch.save({"w": torch.arange(3.0)}, tmp_path / "weights.safetensors")
+    raw = open_checkpoint(tmp_path / "weights.safetensors")
+    assert raw.container == "torch"
+    np.testing.assert_array_equal(raw.tensors["w"].load(), [0.0, 1.0, 2.0])
+
+
+def test_truncated_image_with_on_corrupt_error(tmp_path, capsys, rng):
+    from PIL import Image
+
+    for name in ("cat", "dog"):
+        os.makedirs(tmp_path / "data" / name)
+        for i in range(3):
+            Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(tmp_path / "data" / name / f"{i}.png")
+    broken = tmp_path / "data" / "cat" / "1.png"
+    broken.write_bytes(broken.read_bytes()[:60])
+    fails(
+        ["train", "--data", tmp_path / "data", "--on-corrupt", "error", "--output-dir", tmp_path / "run",
+         "--image-size", "16", "--patch-size", "4"],
+        capsys, "not readable images", str(broken),
+    )
+
+
+def test_zero_patch_size(tmp_path, capsys):
+    with pytest.raises(ValueError, match="patch_size=0 must be a positive integer"):
+        keras_vit.VisionTransformer(**{**SMALL, "patch_size": 0})
+    fails(["train", "--patch-size", "0", "--output-dir", tmp_path / "run"], capsys, "patch_size=0")
+
+
+def test_truncated_weights_h5_names_the_file(tmp_path, capsys):
+    model = keras_vit.VisionTransformer(**SMALL)
+    model.save_weights(tmp_path / "w.weights.h5")
+    data = (tmp_path / "w.weights.h5").read_bytes()
+    (tmp_path / "t.weights.h5").write_bytes(data[: len(data) // 2])
+    fails(["convert", tmp_path / "t.weights.h5", tmp_path / "out.npz"], capsys, f"{tmp_path}/t.weights.h5", "truncated")
+    with pytest.raises(ValueError, match=f"{tmp_path}/t.weights.h5: corrupt or truncated"):
+        keras_vit.VisionTransformer(**SMALL, weights=str(tmp_path / "t.weights.h5"))
+
+
+# ------------------------------------------------------------------------- never overwritten
+
+
+def test_export_refuses_an_unrelated_folder_which_survives_a_failing_export(model_file, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    argv = ["export", model_file, "--format", "saved_model", "--output", out, "--no-verify"]
+    fails(argv, capsys, f"{out} already exists", "--overwrite")
+
+    def failing(model, fmt, output):
+        os.makedirs(output)
+        open(os.path.join(output, "saved_model.pb"), "w").close()
+        raise OSError("disk full")
+
+    monkeypatch.setattr(export_lib, "_write", failing)
+    fails([*argv, "--overwrite"], capsys, "disk full")
+    assert os.listdir(tmp_path) == ["out"] and os.listdir(out) == ["notes.txt"]
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_export_never_replaces_the_keras_file(model_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(export_lib, "_write", fake_saved_model("new"))
+    before = model_file.read_bytes()
+    other = tmp_path / "other.keras"
+    other.write_bytes(before)
+    for extra in ([], ["--overwrite"]):
+        fails(["export", model_file, "--format", "saved_model", "--output", other, *extra], capsys,
+              f"{other} is a file; refusing to replace it by a folder")
+        fails(["export", model_file, "--format", "onnx", "--output", model_file, "--no-verify", *extra], capsys,
+              f"{model_file} is the model being exported")
+    fails(["export", model_file, "--format", "onnx", "--output", other, "--no-verify"], capsys, f"{other} already exists")
+    assert model_file.read_bytes() == before and other.read_bytes() == before
+
+
+def test_export_replaces_an_earlier_export(model_file, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "vit.savedmodel"
+    monkeypatch.setattr(export_lib, "_write", fake_saved_model("old"))
+    assert main(["export", str(model_file), "--format", "saved_model", "--output", str(out), "--no-verify"]) == 0
+    monkeypatch.setattr(export_lib, "_write", fake_saved_model("new"))
+    assert main(["export", str(model_file), "--format", "saved_model", "--output", str(out), "--no-verify"]) == 0
+    assert (out / "saved_model.pb").read_text() == "new"
+    assert sorted(os.listdir(tmp_path)) == ["vit.savedmodel"]
+
+
+def test_convert_refuses_an_existing_destination(npz, tmp_path, capsys):
+    dst = tmp_path / "out.npz"
+    dst.write_text("precious")
+    fails(["convert", npz, dst], capsys, f"{dst} already exists", "--overwrite")
+    assert dst.read_text() == "precious"
+    assert main(["convert", str(npz), str(dst), "--overwrite"]) == 0
+    with np.load(dst) as converted, np.load(npz) as source:
+        assert set(converted.files) == set(source.files)
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    fails(["convert", npz, folder, "--format", "hf"], capsys, f"{folder} already exists")
+    fails(["convert", npz, dst, "--format", "hf", "--overwrite"], capsys, f"{dst} is a file; refusing to replace it by a folder")
+    assert (folder / "notes.txt").read_text() == "mine"
+
+
+def test_weights_export_refuses_an_existing_path(npz, tmp_path):
+    model = keras_vit.VisionTransformer(**TINY, classes=5, weights=str(npz))
+    (tmp_path / "hf").mkdir()
+    with pytest.raises(FileExistsError, match="already exists; refusing to overwrite"):
+        keras_vit.weights.export(model, tmp_path / "hf", format="hf")
+    keras_vit.weights.export(model, tmp_path / "hf", format="hf", overwrite=True)
+    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors", "preprocessor_config.json"]
+    with pytest.raises(FileExistsError, match="is a file; refusing to replace it by a folder"):
+        keras_vit.weights.export(model, npz, format="hf", overwrite=True)
+
+
+# ------------------------------------------------------------------------- permissions
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_written_files_get_normal_permissions(npz, tmp_path, umask_022):
+    model = keras_vit.VisionTransformer(**TINY, classes=5, weights=str(npz))
+    out = tmp_path / "out"
+    keras_vit.weights.export(model, out / "a.npz", format="npz")
+    keras_vit.weights.export(model, out / "b.safetensors", format="timm")
+    keras_vit.weights.export(model, out / "hf", format="hf")
+    for name in ("c.keras", "d.weights.h5", "e.safetensors", "f.npz", "g"):
+        keras_vit.weights.convert_checkpoint(npz, out / name, format="hf" if name == "g" else None)
+    modes = {}
+    for root, folders, names in os.walk(out):
+        for name in folders + names:
+            path = os.path.join(root, name)
+            modes[os.path.relpath(path, out)] = oct(os.stat(path).st_mode & 0o777)
+    expected_files = ["a.npz", "b.safetensors", "c.keras", "d.weights.h5", "e.safetensors", "f.npz",
+                      "hf/config.json", "hf/model.safetensors", "hf/preprocessor_config.json",
+                      "g/config.json", "g/model.safetensors", "g/preprocessor_config.json"]
+    assert modes == {**{k: oct(0o644) for k in expected_files}, "hf": oct(0o755), "g": oct(0o755)}
+
+
+def test_earlier_onnx_export_is_recognised(model_file, tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g", [value("x", TensorProto.FLOAT, [1])], [value("y", TensorProto.FLOAT, [1])]
+    )
+    onnx.save(helper.make_model(graph), tmp_path / "m.onnx")
+    (tmp_path / "notes.onnx").write_text("not a model")
+    assert export_lib.is_export("onnx", tmp_path / "m.onnx")
+    assert not export_lib.is_export("onnx", tmp_path / "notes.onnx")
+    assert not export_lib.is_export("onnx", model_file)
+    assert not export_lib.is_export("saved_model", tmp_path)
