@@ -12,10 +12,9 @@ import keras
 
 from keras_vit import matmul_precision
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
-from keras_vit.variants import VARIANTS, variant  # noqa: F401  (part of this module's interface)
+from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS, variant  # noqa: F401  (part of this module's interface)
 
 DEFAULT_SIZE = 224
-ARCHITECTURE_KEYS = ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")
 
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:

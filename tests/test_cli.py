@@ -131,9 +131,9 @@ def test_parsed_options_override_the_recipe():
     assert (args.epochs, args.clipnorm, args.flip) == (3, None, False)
     assert not hasattr(args, "learning_rate")  # not given: the recipe's value stays
     from keras_vit.training import recipe
-    from keras_vit.training.commands import _config_from_args
+    from keras_vit.training.commands import config_from_args
 
-    config = _config_from_args(args)
+    config = config_from_args(args)
     assert (config.epochs, config.clipnorm, config.flip) == (3, None, False)
     assert config.learning_rate == recipe("digits").learning_rate
 
@@ -173,7 +173,7 @@ def test_lazy_packages_bind_what_an_eager_import_would():
 
 
 def test_fit_prints_a_bar_on_a_terminal_and_lines_in_a_log(monkeypatch):
-    from keras_vit.training.trainer import fit_verbosity
+    from keras_vit.training.engine import fit_verbosity
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     assert fit_verbosity("auto") == 1

@@ -1,31 +1,23 @@
 """`keras-vit train | pretrain | evaluate | predict | export`."""
 
-import argparse
-import dataclasses
 import os
 import sys
-import typing
 
-from keras_vit.training.recipes import CHOICES, FIELD_HELP, RECIPES, TrainConfig, parse_value, recipe
-
-# What a free-form option's value is, for --help (the others show their type or choices).
-METAVARS = {
-    "data": "NAME|DIR|FILE", "data_dir": "DIR", "manual_dir": "DIR", "output_dir": "DIR",
-    "train_split": "SPLIT", "val_split": "SPLIT", "weights": "NAME|PATH", "pooling": "token|avg",
-    "monitor": "METRIC", "jit_compile": "auto|true|false", "verbose": "auto|0|1|2", "crop_area": "MIN,MAX",
-    "crop_aspect": "MIN,MAX", "mask_split": "MASK,RANDOM,SAME",
-}
+from keras_vit.training import fields
+from keras_vit.training.recipes import RECIPES, TrainConfig, check_recipe_command, recipe
 
 
-def _config_from_args(args):
-    """The recipe with the flags given (already parsed) and `--set` applied; raises
-    ValueError for a bad combination, before anything heavy is imported."""
-    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
+def config_from_args(args, command="train"):
+    """The `TrainConfig` of parsed `train` / `pretrain` arguments: the recipe with the flags
+    given (already parsed) and `--set` applied; raises ValueError for a bad combination (or a
+    recipe of the other command), before anything heavy is imported."""
+    check_recipe_command(args.recipe, command)
+    overrides = {name: value for name, value in vars(args).items() if name in TrainConfig.__dataclass_fields__}
     return recipe(args.recipe).replace(**overrides).override(args.set or [])
 
 
 def _train(args):
-    config = _config_from_args(args)
+    config = config_from_args(args)
     from keras_vit.training import TrainingDiverged, train
     from keras_vit.training.checkpointing import SettingsChanged
 
@@ -52,7 +44,7 @@ def _train(args):
 
 
 def _pretrain(args):
-    config = _config_from_args(args)
+    config = config_from_args(args, "pretrain")
     from keras_vit.training import TrainingDiverged
     from keras_vit.training.pretrain import pretrain
 
@@ -110,38 +102,6 @@ def _export(args):
         print(f"Exported {args.model} as {fmt} to {output}{checked}.")
 
 
-def _field_parser(name):
-    """argparse `type=` for option `name`: its value parsed as the recipe field's type."""
-
-    def parse(text):
-        try:
-            return parse_value(name, text)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    return parse
-
-
-def _metavar(field):
-    if field.name in METAVARS:
-        return METAVARS[field.name]
-    names = {bool: "true|false", int: "INT", float: "FLOAT", str: "TEXT", type(None): "none"}
-    return "|".join(names[kind] for kind in typing.get_args(field.type) or (field.type,))
-
-
-def _add_field_flags(parser):
-    group = parser.add_argument_group("training options (each overrides the recipe)")
-    for field in dataclasses.fields(TrainConfig):
-        if field.name == "recipe":
-            continue
-        choices = CHOICES.get(field.name)
-        group.add_argument(
-            "--" + field.name.replace("_", "-"), dest=field.name, default=argparse.SUPPRESS,
-            type=_field_parser(field.name), choices=choices, metavar=None if choices else _metavar(field),
-            help=FIELD_HELP[field.name],
-        )
-
-
 def register(subparsers):
     train = subparsers.add_parser(
         "train",
@@ -155,7 +115,7 @@ def register(subparsers):
     train.add_argument("--recipe", default="digits", choices=sorted(RECIPES), help="base recipe (default digits)")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any option (repeatable)")
     train.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in the run directory")
-    _add_field_flags(train)
+    fields.add_flags(train, TrainConfig, skip=("recipe",))
     train.set_defaults(func=_train)
 
     pretrain = subparsers.add_parser(
@@ -171,7 +131,7 @@ def register(subparsers):
                           help="base recipe (default masked_patch_digits; masked_patch: the paper's ViT-B/16)")
     pretrain.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any option (repeatable)")
     pretrain.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in the run directory")
-    _add_field_flags(pretrain)
+    fields.add_flags(pretrain, TrainConfig, skip=("recipe",))
     pretrain.set_defaults(func=_pretrain)
 
     evaluate = subparsers.add_parser("evaluate", help="top-1 / top-5 of a trained model on a data set")
