@@ -6,6 +6,8 @@ through `build_model`. Nothing here imports `applications` or `weights`.
 """
 
 import dataclasses
+import math
+import numbers
 from typing import Any, Optional
 
 import keras
@@ -41,6 +43,12 @@ class ViTConfig:
     seed: Optional[int] = None
     remat: bool = False
     name: str = "vision_transformer"
+
+    def __post_init__(self):
+        epsilon = self.layer_norm_epsilon  # a builder argument, or a checkpoint's once resolved
+        if epsilon is not None and (isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real)
+                                    or not 0 < epsilon < math.inf):
+            raise ValueError(f"layer_norm_epsilon={epsilon!r} must be a positive finite number (e.g. 1e-6).")
 
     @property
     def stride(self):
