@@ -202,7 +202,7 @@ def test_train_logged_to_a_pipe_is_quiet_and_one_line_per_epoch(tmp_path):
 def test_onnx_export_of_an_any_size_model_runs_at_other_sizes(tmp_path):
     import onnxruntime
 
-    from keras_vit.training import export as export_lib
+    from keras_vit.inference import serving as export_lib
 
     model = keras_vit.VisionTransformer(
         patch_size=4, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64, input_shape=(None, None, 3), classes=5,

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from keras_vit.cli import main
-from keras_vit.training import export as export_lib
+from keras_vit.inference import serving as export_lib
 from training_helpers import jax_compilation_cache  # noqa: F401 (autouse fixture)
 
 TINY_FLAGS = [
