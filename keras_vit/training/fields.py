@@ -26,8 +26,8 @@ def option(default, help, *, group, choices=None, interval=None, metavar=None, c
         interval: the meaningful range of a number, e.g. "[0, 1)" ("[" / "]": the end is
             included); None, where the type allows it, is not checked.
         metavar: what a free-form value looks like on the command line ("MIN,MAX").
-        check: a function of the value that raises ValueError if it is bad and returns the
-            value as stored (e.g. a list made a tuple of floats).
+        check: a function of the value that raises ValueError if it is bad (its type included)
+            and returns the value as stored (e.g. a list made a tuple of floats).
     """
     meta = dict(help=help, group=group, choices=choices, interval=interval, metavar=metavar, check=check)
     return dataclasses.field(default=default, metadata=meta)
@@ -82,14 +82,17 @@ def _type_name(kinds):
 
 
 def validate(config):
-    """Checks every field of the dataclass instance `config` against its declaration (type,
-    choices, interval, check) and stores the normalised values; raises ValueError (one line)."""
+    """Checks every field of the dataclass instance `config` against its declaration (its
+    check, else its type; choices; interval) and stores the normalised values; raises
+    ValueError (one line)."""
     for field in dataclasses.fields(config):
         value, meta = getattr(config, field.name), field.metadata
         kinds = _kinds(type(config), field.name)
         if value is None and type(None) in kinds:
             continue
-        if not any(_is_kind(value, kind) for kind in kinds):
+        if meta.get("check"):  # it checks the type too
+            value = meta["check"](value)
+        elif not any(_is_kind(value, kind) for kind in kinds):
             raise ValueError(f"{field.name}={value!r} must be {_type_name(kinds)}.")
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
@@ -97,8 +100,6 @@ def validate(config):
             raise ValueError(f"{field.name}={value!r}; expected one of {', '.join(map(str, meta['choices']))}.")
         if meta.get("interval"):
             check_range(field.name, value, meta["interval"])
-        if meta.get("check"):
-            value = meta["check"](value)
         setattr(config, field.name, value)
 
 
