@@ -56,10 +56,10 @@ def measure(cfg):
     tf.config.threading.set_inter_op_parallelism_threads(cfg["cores"])
     tf.config.threading.set_intra_op_parallelism_threads(cfg["cores"])
     from keras_vit.training import pipeline, recipes
-    from keras_vit.training.trainer import _augmentation
+    from keras_vit.training.engine import make_augmentation
 
     config = recipes.recipe(cfg["recipe"], image_size=cfg["resolution"])
-    stream = pipeline.train_dataset(jpeg_source(cfg["images"]), _augmentation(config), cfg["batch"], seed=0)
+    stream = pipeline.train_dataset(jpeg_source(cfg["images"]), make_augmentation(config), cfg["batch"], seed=0)
     options = tf.data.Options()
     options.threading.private_threadpool_size = cfg["cores"]
     batches = iter(stream.with_options(options))

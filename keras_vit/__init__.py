@@ -10,7 +10,7 @@ import os
 import sys
 
 from keras_vit.variants import list_models
-from keras_vit.exports import lazy_package
+from keras_vit.lazy_imports import lazy_package
 
 __version__ = "0.1.0"
 

@@ -6,16 +6,17 @@ through `build_model`. Nothing here imports `applications` or `weights`.
 """
 
 import dataclasses
+import math
+import numbers
 from typing import Any, Optional
 
 import keras
 
 from keras_vit import matmul_precision
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
-from keras_vit.variants import VARIANTS, variant  # noqa: F401  (part of this module's interface)
+from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS, variant  # noqa: F401  (part of this module's interface)
 
 DEFAULT_SIZE = 224
-ARCHITECTURE_KEYS = ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")
 
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
@@ -42,6 +43,12 @@ class ViTConfig:
     seed: Optional[int] = None
     remat: bool = False
     name: str = "vision_transformer"
+
+    def __post_init__(self):
+        epsilon = self.layer_norm_epsilon  # a builder argument, or a checkpoint's once resolved
+        if epsilon is not None and (isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real)
+                                    or not 0 < epsilon < math.inf):
+            raise ValueError(f"layer_norm_epsilon={epsilon!r} must be a positive finite number (e.g. 1e-6).")
 
     @property
     def stride(self):

@@ -1,12 +1,18 @@
 """The `keras-vit` command line: one sub-command per task, registered by its own module."""
 
 import argparse
-import importlib
 import os
 import sys
 
-# Each module has `register(subparsers)`, which adds its sub-commands with a `func(args)`.
-COMMAND_MODULES = ("keras_vit.applications.commands", "keras_vit.weights.commands", "keras_vit.inspect.commands", "keras_vit.training.commands")
+# Light modules (no Keras): each command imports what it needs when it runs.
+from keras_vit.applications import commands as model_commands
+from keras_vit.inference import commands as inference_commands
+from keras_vit.inspect import commands as inspect_commands
+from keras_vit.training import commands as training_commands
+from keras_vit.weights import commands as weights_commands
+
+# Each has `register(subparsers)`, which adds its sub-commands with a `func(args)`, in this order.
+COMMANDS = (model_commands, weights_commands, inspect_commands, training_commands, inference_commands)
 # The extra that installs each Keras backend (pyproject.toml).
 BACKEND_EXTRAS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 
@@ -21,8 +27,8 @@ def build_parser():
         help="show TensorFlow / XLA start-up logging (hidden by default)",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    for commands in COMMANDS:
+        commands.register(subparsers)
     return parser
 
 

@@ -7,6 +7,7 @@ killed half-way leaves such a name behind; `remove_stale` deletes those of dead 
 """
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -70,6 +71,15 @@ def atomic_path(path):
             os.replace(tmp, path)
     finally:
         remove(tmp)
+
+
+def write_json(path, payload):
+    """Writes `payload` as JSON (UTF-8, indented) to `path` atomically, synced to disk."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=2)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def check_target(path, overwrite=False, folder=False, replaceable=False):

@@ -3,6 +3,9 @@
 Plain Python, no Keras: the command line lists and checks model names before importing it.
 """
 
+# The five numbers that make a ViT architecture: what every entry of VARIANTS gives.
+ARCHITECTURE_KEYS = ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")
+
 VARIANTS = {
     "ViTTi16": dict(patch_size=16, hidden_dim=192, depth=12, num_heads=3, mlp_dim=768),
     "ViTS16": dict(patch_size=16, hidden_dim=384, depth=12, num_heads=6, mlp_dim=1536),

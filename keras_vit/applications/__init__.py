@@ -1,6 +1,6 @@
 """Model builders with the `keras.applications` conventions (imported on first use)."""
 
-from keras_vit.exports import lazy_package
+from keras_vit.lazy_imports import lazy_package
 
 _EXPORTS = {
     "VARIANTS": "keras_vit.variants",

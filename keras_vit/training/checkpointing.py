@@ -24,21 +24,13 @@ import re
 import keras
 import numpy as np
 
-from keras_vit.files import atomic_path, remove_stale
+from keras_vit.files import atomic_path, remove_stale, write_json
 
 STATE = "state.json"
 
 
 class TrainingDiverged(FloatingPointError):
     """The training loss became NaN or infinite."""
-
-
-def write_json(path, payload):
-    """Writes `payload` as JSON to `path` atomically (temporary file + rename)."""
-    with atomic_path(path) as tmp, open(tmp, "w") as handle:
-        json.dump(payload, handle, indent=1)
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def save_model_atomic(model, path):

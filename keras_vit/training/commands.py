@@ -1,31 +1,23 @@
-"""`keras-vit train | pretrain | evaluate | predict | export`."""
+"""`keras-vit train | pretrain`."""
 
-import argparse
-import dataclasses
 import os
 import sys
-import typing
 
-from keras_vit.training.recipes import CHOICES, FIELD_HELP, RECIPES, TrainConfig, parse_value, recipe
-
-# What a free-form option's value is, for --help (the others show their type or choices).
-METAVARS = {
-    "data": "NAME|DIR|FILE", "data_dir": "DIR", "manual_dir": "DIR", "output_dir": "DIR",
-    "train_split": "SPLIT", "val_split": "SPLIT", "weights": "NAME|PATH", "pooling": "token|avg",
-    "monitor": "METRIC", "jit_compile": "auto|true|false", "verbose": "auto|0|1|2", "crop_area": "MIN,MAX",
-    "crop_aspect": "MIN,MAX", "mask_split": "MASK,RANDOM,SAME",
-}
+from keras_vit.training import fields
+from keras_vit.training.recipes import RECIPES, TrainConfig, check_recipe_command, recipe
 
 
-def _config_from_args(args):
-    """The recipe with the flags given (already parsed) and `--set` applied; raises
-    ValueError for a bad combination, before anything heavy is imported."""
-    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
+def config_from_args(args, command="train"):
+    """The `TrainConfig` of parsed `train` / `pretrain` arguments: the recipe with the flags
+    given (already parsed) and `--set` applied; raises ValueError for a bad combination (or a
+    recipe of the other command), before anything heavy is imported."""
+    check_recipe_command(args.recipe, command)
+    overrides = {name: value for name, value in vars(args).items() if name in TrainConfig.__dataclass_fields__}
     return recipe(args.recipe).replace(**overrides).override(args.set or [])
 
 
 def _train(args):
-    config = _config_from_args(args)
+    config = config_from_args(args)
     from keras_vit.training import TrainingDiverged, train
     from keras_vit.training.checkpointing import SettingsChanged
 
@@ -52,7 +44,7 @@ def _train(args):
 
 
 def _pretrain(args):
-    config = _config_from_args(args)
+    config = config_from_args(args, "pretrain")
     from keras_vit.training import TrainingDiverged
     from keras_vit.training.pretrain import pretrain
 
@@ -72,76 +64,6 @@ def _pretrain(args):
     return 0
 
 
-def _evaluate(args):
-    from keras_vit.training.inference import evaluate
-
-    options = {"data_dir": args.data_dir} if args.data_dir else {}
-    results = evaluate(args.model, args.data, split=args.split, batch_size=args.batch_size, **options)
-    print(f"{args.model} on {results['examples']} {args.split} examples: top-1 {results['top1']:.4f}, "
-          f"top-5 {results['top5']:.4f}, loss {results['loss']:.4f}")
-
-
-def _predict(args):
-    from keras_vit.training.inference import check_top, load_model, predict
-
-    check_top(args.top)
-    missing = [path for path in args.images if not os.path.isfile(path)]
-    if missing:
-        raise FileNotFoundError(f"No image file {', '.join(missing)}.")
-    model, names, crop = load_model(args.model, args.weights)
-    for path, best in zip(args.images, predict(model, args.images, class_names=names, top=args.top, crop_fraction=crop)):
-        print(path)
-        for rank, (index, name, prob) in enumerate(best, 1):
-            print(f"  {rank}. {name:<30} {prob:.4f}  (class {index})")
-
-
-def _export(args):
-    from keras_vit.training.export import check_output, check_requirements, export
-
-    formats = ("saved_model", "onnx") if args.format == "all" else (args.format,)
-    suffixes = {"saved_model": ".savedmodel", "onnx": ".onnx"}
-    outputs = {fmt: args.output + (suffixes[fmt] if len(formats) > 1 else "") for fmt in formats}
-    for fmt, output in outputs.items():  # refuse before writing any
-        check_requirements(fmt, not args.no_verify)
-        check_output(fmt, output, args.model, args.overwrite)
-    for fmt, output in outputs.items():
-        error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol, overwrite=args.overwrite)
-        checked = "" if error is None else f"; outputs match the Keras model within {error:.2e}"
-        print(f"Exported {args.model} as {fmt} to {output}{checked}.")
-
-
-def _field_parser(name):
-    """argparse `type=` for option `name`: its value parsed as the recipe field's type."""
-
-    def parse(text):
-        try:
-            return parse_value(name, text)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    return parse
-
-
-def _metavar(field):
-    if field.name in METAVARS:
-        return METAVARS[field.name]
-    names = {bool: "true|false", int: "INT", float: "FLOAT", str: "TEXT", type(None): "none"}
-    return "|".join(names[kind] for kind in typing.get_args(field.type) or (field.type,))
-
-
-def _add_field_flags(parser):
-    group = parser.add_argument_group("training options (each overrides the recipe)")
-    for field in dataclasses.fields(TrainConfig):
-        if field.name == "recipe":
-            continue
-        choices = CHOICES.get(field.name)
-        group.add_argument(
-            "--" + field.name.replace("_", "-"), dest=field.name, default=argparse.SUPPRESS,
-            type=_field_parser(field.name), choices=choices, metavar=None if choices else _metavar(field),
-            help=FIELD_HELP[field.name],
-        )
-
-
 def register(subparsers):
     train = subparsers.add_parser(
         "train",
@@ -155,7 +77,7 @@ def register(subparsers):
     train.add_argument("--recipe", default="digits", choices=sorted(RECIPES), help="base recipe (default digits)")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any option (repeatable)")
     train.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in the run directory")
-    _add_field_flags(train)
+    fields.add_flags(train, TrainConfig, skip=("recipe",))
     train.set_defaults(func=_train)
 
     pretrain = subparsers.add_parser(
@@ -171,31 +93,5 @@ def register(subparsers):
                           help="base recipe (default masked_patch_digits; masked_patch: the paper's ViT-B/16)")
     pretrain.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any option (repeatable)")
     pretrain.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in the run directory")
-    _add_field_flags(pretrain)
+    fields.add_flags(pretrain, TrainConfig, skip=("recipe",))
     pretrain.set_defaults(func=_pretrain)
-
-    evaluate = subparsers.add_parser("evaluate", help="top-1 / top-5 of a trained model on a data set")
-    evaluate.add_argument("model", metavar="MODEL.keras", help="a .keras model (e.g. runs/digits/best.keras)")
-    evaluate.add_argument("--data", metavar="NAME|DIR|FILE", help="data set (default: the one recorded with the run)")
-    evaluate.add_argument("--data-dir", metavar="DIR", help="tensorflow-datasets data_dir")
-    evaluate.add_argument("--split", default="validation", choices=("validation", "train"))
-    evaluate.add_argument("--batch-size", type=int, default=128, metavar="INT")
-    evaluate.set_defaults(func=_evaluate)
-
-    predict = subparsers.add_parser("predict", help="top-5 classes of image files")
-    predict.add_argument("images", nargs="+", metavar="IMAGE")
-    predict.add_argument(
-        "--model", default="ViTB16", metavar="VARIANT|MODEL.keras", help="a .keras model or a variant name (default ViTB16)"
-    )
-    predict.add_argument("--weights", default="imagenet", metavar="NAME|PATH", help="weights of a variant (default imagenet)")
-    predict.add_argument("--top", type=int, default=5, metavar="INT", help="classes shown per image (default 5)")
-    predict.set_defaults(func=_predict)
-
-    export = subparsers.add_parser("export", help="export a .keras model to a TF SavedModel and/or ONNX")
-    export.add_argument("model", metavar="MODEL.keras", help="a .keras model")
-    export.add_argument("--format", default="all", choices=("saved_model", "onnx", "all"))
-    export.add_argument("--output", required=True, metavar="PATH", help="output path (with --format all: PATH.savedmodel and PATH.onnx)")
-    export.add_argument("--atol", type=float, default=1e-4, metavar="FLOAT", help="largest accepted output difference")
-    export.add_argument("--no-verify", action="store_true", help="skip loading the export and comparing outputs")
-    export.add_argument("--overwrite", action="store_true", help="replace what is at the output path (same kind only)")
-    export.set_defaults(func=_export)

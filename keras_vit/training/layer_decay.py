@@ -18,7 +18,7 @@ the step, so it composes with both.
 import keras
 
 from keras_vit.inspect.model_parts import encoder_layer
-from keras_vit.training.recipes import check_decay
+from keras_vit.training.config import check_decay
 
 
 def layer_scales(model, decay):

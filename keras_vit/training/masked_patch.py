@@ -21,7 +21,6 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_vit.training.recipes import MASK_TARGETS as TARGETS
 
 KEEP, MASK, RANDOM, SAME = 0, 1, 2, 3
 _AUTOTUNE = tf.data.AUTOTUNE

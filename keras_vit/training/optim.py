@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit.training import layer_decay
-from keras_vit.training.recipes import LR_SCALINGS, OPTIMIZERS, SCHEDULES
+from keras_vit.training.config import LR_SCALINGS, OPTIMIZERS, SCHEDULES
 
 # Not decayed by AdamW: biases, LayerNorm scales / offsets, the class token and position embeddings.
 NO_DECAY = ("bias", "gamma", "beta", "cls", "pos_embedding")

@@ -16,7 +16,7 @@ import platform
 import keras
 
 from keras_vit import matmul_precision
-from keras_vit.training.recipes import PRECISIONS
+from keras_vit.training.config import PRECISIONS
 
 
 @functools.lru_cache(maxsize=1)

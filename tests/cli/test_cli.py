@@ -131,9 +131,9 @@ def test_parsed_options_override_the_recipe():
     assert (args.epochs, args.clipnorm, args.flip) == (3, None, False)
     assert not hasattr(args, "learning_rate")  # not given: the recipe's value stays
     from keras_vit.training import recipe
-    from keras_vit.training.commands import _config_from_args
+    from keras_vit.training.commands import config_from_args
 
-    config = _config_from_args(args)
+    config = config_from_args(args)
     assert (config.epochs, config.clipnorm, config.flip) == (3, None, False)
     assert config.learning_rate == recipe("digits").learning_rate
 
@@ -173,7 +173,7 @@ def test_lazy_packages_bind_what_an_eager_import_would():
 
 
 def test_fit_prints_a_bar_on_a_terminal_and_lines_in_a_log(monkeypatch):
-    from keras_vit.training.trainer import fit_verbosity
+    from keras_vit.training.engine import fit_verbosity
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     assert fit_verbosity("auto") == 1
@@ -202,7 +202,7 @@ def test_train_logged_to_a_pipe_is_quiet_and_one_line_per_epoch(tmp_path):
 def test_onnx_export_of_an_any_size_model_runs_at_other_sizes(tmp_path):
     import onnxruntime
 
-    from keras_vit.training import export as export_lib
+    from keras_vit.inference import serving as export_lib
 
     model = keras_vit.VisionTransformer(
         patch_size=4, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64, input_shape=(None, None, 3), classes=5,

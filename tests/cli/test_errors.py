@@ -10,7 +10,7 @@ import pytest
 
 import keras_vit
 from keras_vit.cli import main
-from keras_vit.training import export as export_lib
+from keras_vit.inference import serving as export_lib
 from tests.support.checkpoints import TINY, original_npz_params
 
 SMALL = dict(patch_size=4, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64, input_shape=(16, 16, 3), classes=3)

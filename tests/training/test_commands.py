@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from keras_vit.cli import main
-from keras_vit.training import export as export_lib
+from keras_vit.inference import serving as export_lib
 
 TINY_FLAGS = [
     "--image-size", "8", "--patch-size", "2", "--hidden-dim", "16", "--depth", "1", "--num-heads", "2",

@@ -8,7 +8,7 @@ import pytest
 
 from keras_vit.training import distribution, optim, precision
 from keras_vit.training.recipes import RECIPES, TrainConfig, parse_value, recipe
-from keras_vit.training.trainer import schedule_steps
+from keras_vit.training.engine import schedule_steps
 
 
 def test_finetune_recipe_is_the_papers():

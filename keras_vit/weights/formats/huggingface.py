@@ -5,14 +5,13 @@ the GELU, head count, patch grid and LayerNorm epsilon. Written as a folder that
 `transformers.pipeline("image-classification", model=folder)` runs as is."""
 
 import dataclasses
-import json
 import logging
 import os
 
 import numpy as np
 
 from keras_vit.variants import LAYER_NORM_EPSILON
-from keras_vit.files import atomic_path
+from keras_vit.files import atomic_path, write_json
 from keras_vit.weights import containers
 from keras_vit.weights.canonical import ATTN, QKV, Metadata
 from keras_vit.weights.formats.base import Format
@@ -167,10 +166,6 @@ def hf_preprocessor_config(ckpt):
     }
 
 
-def _write_json(path, data):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
-
 
 def write(folder, ckpt):
     """A transformers folder (`config.json`, `preprocessor_config.json`, `model.safetensors`):
@@ -197,8 +192,8 @@ def write(folder, ckpt):
         containers.write_safetensors(
             os.path.join(tmp, "model.safetensors"), {k: v.astype(np.float32) for k, v in theirs.items()}, {"format": "pt"}
         )
-        _write_json(os.path.join(tmp, "config.json"), hf_config(ckpt, architecture))
-        _write_json(os.path.join(tmp, "preprocessor_config.json"), hf_preprocessor_config(ckpt))
+        write_json(os.path.join(tmp, "config.json"), hf_config(ckpt, architecture))
+        write_json(os.path.join(tmp, "preprocessor_config.json"), hf_preprocessor_config(ckpt))
 
 
 FORMAT = Format(

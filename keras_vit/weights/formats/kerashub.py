@@ -17,13 +17,12 @@ from keras-hub's attribute and class names (`_h5_group`).
 """
 
 import datetime
-import json
 import os
 
 import h5py
 import numpy as np
 
-from keras_vit.files import atomic_path
+from keras_vit.files import atomic_path, write_json
 from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import containers
 from keras_vit.weights.canonical import ATTN, BLOCK, MLP, POSEMB, QKV, Metadata
@@ -254,10 +253,6 @@ def _check_exportable(ckpt):
         raise ValueError(f"Cannot export {ckpt.path} as a KerasHub preset: {problem}.")
 
 
-def _write_json(path, data):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=4)
-
 
 def write(folder, ckpt):
     """A KerasHub preset folder of `ckpt`: a ViTImageClassifier (logits) with a head, else a
@@ -271,9 +266,9 @@ def write(folder, ckpt):
     with atomic_path(folder) as tmp:
         os.makedirs(tmp)
         _write_weights_h5(os.path.join(tmp, "model.weights.h5"), backbone, has_pre_logits)
-        _write_json(os.path.join(tmp, "config.json"), backbone_config)
-        _write_json(os.path.join(tmp, "image_converter.json"), converter)
-        _write_json(os.path.join(tmp, "metadata.json"), {
+        write_json(os.path.join(tmp, "config.json"), backbone_config)
+        write_json(os.path.join(tmp, "image_converter.json"), converter)
+        write_json(os.path.join(tmp, "metadata.json"), {
             "parameter_count": int(sum(np.prod(t.shape) for t in backbone.values())),
             "date_saved": datetime.datetime.now().strftime("%Y-%m-%d@%H:%M:%S"),
             "tasks": ["ImageClassifier"],
@@ -284,8 +279,8 @@ def write(folder, ckpt):
             preprocessor = _serialized("vit_image_classifier_preprocessor", "ViTImageClassifierPreprocessor", {
                 "image_converter": converter, "config_file": "preprocessor.json",
             })
-            _write_json(os.path.join(tmp, "preprocessor.json"), preprocessor)
-            _write_json(os.path.join(tmp, "task.json"), _serialized("vit_image_classifier", "ViTImageClassifier", {
+            write_json(os.path.join(tmp, "preprocessor.json"), preprocessor)
+            write_json(os.path.join(tmp, "task.json"), _serialized("vit_image_classifier", "ViTImageClassifier", {
                 "backbone": backbone_config,
                 "preprocessor": preprocessor,
                 "num_classes": ckpt.classes,

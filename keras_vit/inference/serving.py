@@ -61,7 +61,7 @@ def sample_images(model, count=3, seed=0, shape=None):
 
 def _run_in_backend(backend, fmt, model_path, output):
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    command = [sys.executable, "-m", "keras_vit.training.export", fmt, model_path, output]
+    command = [sys.executable, "-m", "keras_vit.inference.serving", fmt, model_path, output]
     proc = subprocess.run(command, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"Exporting {model_path} to {fmt} with the {backend} backend failed:\n{proc.stderr[-3000:]}")

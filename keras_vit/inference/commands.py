@@ -1,0 +1,69 @@
+"""`keras-vit evaluate | predict | export`: using a trained model."""
+
+import os
+
+
+def _evaluate(args):
+    from keras_vit.inference.predict import evaluate
+
+    options = {"data_dir": args.data_dir} if args.data_dir else {}
+    results = evaluate(args.model, args.data, split=args.split, batch_size=args.batch_size, **options)
+    print(f"{args.model} on {results['examples']} {args.split} examples: top-1 {results['top1']:.4f}, "
+          f"top-5 {results['top5']:.4f}, loss {results['loss']:.4f}")
+
+
+def _predict(args):
+    from keras_vit.inference.predict import check_top, load_model, predict
+
+    check_top(args.top)
+    missing = [path for path in args.images if not os.path.isfile(path)]
+    if missing:
+        raise FileNotFoundError(f"No image file {', '.join(missing)}.")
+    model, names, crop = load_model(args.model, args.weights)
+    for path, best in zip(args.images, predict(model, args.images, class_names=names, top=args.top, crop_fraction=crop)):
+        print(path)
+        for rank, (index, name, prob) in enumerate(best, 1):
+            print(f"  {rank}. {name:<30} {prob:.4f}  (class {index})")
+
+
+def _export(args):
+    from keras_vit.inference.serving import check_output, check_requirements, export
+
+    formats = ("saved_model", "onnx") if args.format == "all" else (args.format,)
+    suffixes = {"saved_model": ".savedmodel", "onnx": ".onnx"}
+    outputs = {fmt: args.output + (suffixes[fmt] if len(formats) > 1 else "") for fmt in formats}
+    for fmt, output in outputs.items():  # refuse before writing any
+        check_requirements(fmt, not args.no_verify)
+        check_output(fmt, output, args.model, args.overwrite)
+    for fmt, output in outputs.items():
+        error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol, overwrite=args.overwrite)
+        checked = "" if error is None else f"; outputs match the Keras model within {error:.2e}"
+        print(f"Exported {args.model} as {fmt} to {output}{checked}.")
+
+
+def register(subparsers):
+    evaluate = subparsers.add_parser("evaluate", help="top-1 / top-5 of a trained model on a data set")
+    evaluate.add_argument("model", metavar="MODEL.keras", help="a .keras model (e.g. runs/digits/best.keras)")
+    evaluate.add_argument("--data", metavar="NAME|DIR|FILE", help="data set (default: the one recorded with the run)")
+    evaluate.add_argument("--data-dir", metavar="DIR", help="tensorflow-datasets data_dir")
+    evaluate.add_argument("--split", default="validation", choices=("validation", "train"))
+    evaluate.add_argument("--batch-size", type=int, default=128, metavar="INT")
+    evaluate.set_defaults(func=_evaluate)
+
+    predict = subparsers.add_parser("predict", help="top-5 classes of image files")
+    predict.add_argument("images", nargs="+", metavar="IMAGE")
+    predict.add_argument(
+        "--model", default="ViTB16", metavar="VARIANT|MODEL.keras", help="a .keras model or a variant name (default ViTB16)"
+    )
+    predict.add_argument("--weights", default="imagenet", metavar="NAME|PATH", help="weights of a variant (default imagenet)")
+    predict.add_argument("--top", type=int, default=5, metavar="INT", help="classes shown per image (default 5)")
+    predict.set_defaults(func=_predict)
+
+    export = subparsers.add_parser("export", help="export a .keras model to a TF SavedModel and/or ONNX")
+    export.add_argument("model", metavar="MODEL.keras", help="a .keras model")
+    export.add_argument("--format", default="all", choices=("saved_model", "onnx", "all"))
+    export.add_argument("--output", required=True, metavar="PATH", help="output path (with --format all: PATH.savedmodel and PATH.onnx)")
+    export.add_argument("--atol", type=float, default=1e-4, metavar="FLOAT", help="largest accepted output difference")
+    export.add_argument("--no-verify", action="store_true", help="skip loading the export and comparing outputs")
+    export.add_argument("--overwrite", action="store_true", help="replace what is at the output path (same kind only)")
+    export.set_defaults(func=_export)

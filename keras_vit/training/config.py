@@ -1,0 +1,235 @@
+"""`TrainConfig`: everything a training run needs, each field declared once (`fields.option`)
+with its default, accepted values, help line and group; a config is validated when it is made.
+
+Plain Python, no Keras: the command line lists and checks options before importing anything heavy.
+"""
+
+import dataclasses
+import os
+from typing import Optional, Union
+
+from keras_vit.training import fields
+from keras_vit.training.fields import option
+from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+SCHEDULES = ("cosine", "linear", "constant")
+LR_SCALINGS = ("none", "linear", "sqrt")
+PRECISIONS = ("auto", "float32", "tf32", "mixed_bfloat16", "mixed_float16")
+STRATEGIES = {
+    "tensorflow": ("auto", "none", "mirrored", "tpu", "multi_worker"),
+    "jax": ("auto", "none", "data_parallel", "model_parallel"),
+    "torch": ("auto", "none", "torch_ddp"),
+}
+MASK_TARGETS = ("color", "pixels")
+
+DATA, MODEL, OPTIMISATION, PRETRAIN, SYSTEM, OUTPUTS = (
+    "data", "model", "optimisation", "masked patch prediction (pretrain)", "system", "outputs"
+)
+
+
+def check_decay(decay):
+    """`decay` as a float, if it is a valid `layer_decay`."""
+    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay <= 1:
+        raise ValueError(f"layer_decay={decay!r} must be a number with 0 < layer_decay <= 1 (or None: off).")
+    return float(decay)
+
+
+def _check_split(split):
+    split = fields.numbers_tuple("mask_split", 3, "fractions of the [mask] token, a random other patch, unchanged")(split)
+    if min(split) < 0 or sum(split) <= 0:
+        raise ValueError(
+            f"mask_split={split} must be three fractions >= 0 ([mask] token, random other patch, unchanged), "
+            "e.g. 0.8,0.1,0.1."
+        )
+    return split
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything a training run needs (`keras-vit train --help` lists each field)."""
+
+    data: str = option(
+        "digits", "'digits', a tensorflow-datasets name (cifar10, imagenet2012, ...), an image folder "
+        "(CLASS/IMAGE) or an .npz", group=DATA, metavar="NAME|DIR|FILE")
+    data_dir: Optional[str] = option(
+        None, "tensorflow-datasets data_dir (default $TFDS_DATA_DIR or ~/tensorflow_datasets)", group=DATA,
+        metavar="DIR")
+    manual_dir: Optional[str] = option(
+        None, "folder with manually downloaded archives (e.g. imagenet2012)", group=DATA, metavar="DIR")
+    download: bool = option(True, "download and prepare a missing tensorflow-datasets dataset", group=DATA)
+    train_split: Optional[str] = option(
+        None, "training split (tfds slicing allowed, e.g. train[:90%]); default train", group=DATA, metavar="SPLIT")
+    val_split: Optional[str] = option(
+        None, "validation split; default validation, else test, else a held-out part of train", group=DATA,
+        metavar="SPLIT")
+    val_fraction: Optional[float] = option(
+        None, "fraction of the training data held out when there is no validation split (default 0.2 for "
+        "digits, else 0.1)", group=DATA, interval="(0, 1)")
+    on_corrupt: str = option(
+        "skip", "unreadable images in a folder: skip (with a warning) or error", group=DATA,
+        choices=("skip", "error"))
+    image_size: int = option(224, "training / evaluation resolution (square)", group=DATA, interval="[1, inf)")
+    crop_area: tuple = option(
+        (0.05, 1.0), "inception crop: min,max fraction of the image area", group=DATA, metavar="MIN,MAX",
+        check=fields.numbers_tuple("crop_area", 2, "min,max fraction of the image area"))
+    crop_aspect: tuple = option(
+        (0.75, 4 / 3), "inception crop: min,max aspect ratio", group=DATA, metavar="MIN,MAX",
+        check=fields.numbers_tuple("crop_aspect", 2, "min,max aspect ratio"))
+    flip: bool = option(True, "random horizontal flips", group=DATA)
+    eval_crop: float = option(
+        1.0, "evaluation: resize the short side to image_size/eval_crop, then centre-crop", group=DATA,
+        interval="(0, 1]")
+    randaugment_ops: int = option(0, "RandAugment operations per image (0: off)", group=DATA, interval="[0, inf)")
+    randaugment_factor: float = option(0.5, "RandAugment strength in [0, 1]", group=DATA, interval="[0, 1]")
+    mixup: float = option(0.0, "MixUp alpha (0: off)", group=DATA, interval="[0, inf)")
+    cutmix: float = option(0.0, "CutMix alpha (0: off)", group=DATA, interval="[0, inf)")
+    shuffle_buffer: int = option(10_000, "shuffle buffer (examples)", group=DATA, interval="[1, inf)")
+    deterministic: bool = option(False, "reproducible input order, augmentation and ops (slower)", group=DATA)
+    seed: int = option(0, "random seed", group=DATA, interval="[0, inf)")
+
+    model: str = option(
+        "ViTB16", "a variant (ViTTi16 ... ViTH14) or 'custom' (then give patch_size ... mlp_dim)", group=MODEL,
+        choices=(*VARIANTS, "custom"))
+    patch_size: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
+    hidden_dim: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
+    depth: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
+    num_heads: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
+    mlp_dim: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
+    pooling: str = option("token", "token (class token) or avg", group=MODEL, metavar="token|avg")
+    representation_size: Optional[int] = option(
+        None, "width of a tanh pre-logits layer (pre-training), none for a linear head", group=MODEL,
+        interval="[1, inf)")
+    weights: Optional[str] = option(
+        None, "pretrained weights (a name or a checkpoint path) to fine-tune from", group=MODEL, metavar="NAME|PATH")
+    dropout: float = option(0.0, "dropout rate", group=MODEL, interval="[0, 1)")
+    attention_dropout: float = option(0.0, "attention dropout rate", group=MODEL, interval="[0, 1)")
+    drop_path: float = option(0.0, "stochastic depth rate (last block)", group=MODEL, interval="[0, 1)")
+    remat: bool = option(
+        False, "recompute encoder block activations in the backward pass (less memory, ~1/3 more compute)",
+        group=MODEL)
+
+    batch_size: int = option(
+        512, "global batch size of one optimizer step (all replicas, all accumulated micro-batches)",
+        group=OPTIMISATION, interval="[1, inf)")
+    accumulation_steps: int = option(
+        1, "micro-batches accumulated per optimizer step", group=OPTIMISATION, interval="[1, inf)")
+    epochs: int = option(10, "epochs (ignored when steps is set)", group=OPTIMISATION, interval="[1, inf)")
+    steps: Optional[int] = option(
+        None, "total optimizer steps (overrides epochs)", group=OPTIMISATION, interval="[1, inf)")
+    optimizer: str = option("sgd", "sgd, adam or adamw", group=OPTIMISATION, choices=OPTIMIZERS)
+    learning_rate: float = option(
+        0.003, "peak learning rate (at reference_batch_size when lr_scaling is set)", group=OPTIMISATION,
+        interval="[0, inf)")
+    lr_scaling: str = option(
+        "none", "none, linear or sqrt scaling of the learning rate with batch_size/reference_batch_size",
+        group=OPTIMISATION, choices=LR_SCALINGS)
+    reference_batch_size: int = option(
+        512, "the batch size learning_rate was tuned for", group=OPTIMISATION, interval="[1, inf)")
+    momentum: float = option(0.9, "SGD momentum", group=OPTIMISATION, interval="[0, 1)")
+    beta_1: float = option(0.9, "Adam beta_1", group=OPTIMISATION, interval="[0, 1)")
+    beta_2: float = option(0.999, "Adam beta_2", group=OPTIMISATION, interval="[0, 1)")
+    weight_decay: float = option(
+        0.0, "decoupled weight decay (not on biases, norms, class token, position embeddings)",
+        group=OPTIMISATION, interval="[0, inf)")
+    layer_decay: Optional[float] = option(
+        None, "layer-wise learning-rate decay: block i of depth L learns at layer_decay**(L-i) times the rate, "
+        "the embeddings at layer_decay**(L+1) (none: off)", group=OPTIMISATION, check=check_decay)
+    clipnorm: Optional[float] = option(
+        1.0, "clip gradients to this global norm (none: off)", group=OPTIMISATION, interval="[0, inf)")
+    schedule: str = option(
+        "cosine", "cosine, linear or constant after the warm-up", group=OPTIMISATION, choices=SCHEDULES)
+    warmup_steps: int = option(500, "linear warm-up steps", group=OPTIMISATION, interval="[0, inf)")
+    label_smoothing: float = option(0.0, "label smoothing", group=OPTIMISATION, interval="[0, 1)")
+
+    mask_rate: float = option(0.5, "fraction of the patches corrupted", group=PRETRAIN, interval="(0, 1]")
+    mask_split: tuple = option(
+        (0.8, 0.1, 0.1), "fractions of the corrupted patches given the [mask] token, a random other patch, "
+        "left unchanged", group=PRETRAIN, metavar="MASK,RANDOM,SAME", check=_check_split)
+    mask_target: str = option(
+        "color", "color (the mean colour, color_bits per channel, as classes) or pixels (L2 regression of "
+        "the patch)", group=PRETRAIN, choices=MASK_TARGETS)
+    color_bits: int = option(
+        3, "bits per channel of the mean-colour target (3: 512 classes)", group=PRETRAIN, interval="[1, 8]")
+
+    precision: str = option(
+        "auto", "auto, float32 (exact), tf32 (float32 with TF32 matmuls on GPUs), mixed_bfloat16 or "
+        "mixed_float16", group=SYSTEM, choices=PRECISIONS)
+    strategy: str = option(
+        "auto", "auto, none, mirrored / tpu / multi_worker (tensorflow), data_parallel / model_parallel (jax), "
+        "torch_ddp (torch)", group=SYSTEM, choices=tuple(dict.fromkeys(s for names in STRATEGIES.values() for s in names)))
+    model_parallel_size: int = option(
+        2, "devices per model replica with strategy model_parallel", group=SYSTEM, interval="[1, inf)")
+    jit_compile: Union[bool, str] = option(
+        "auto", "auto, true or false", group=SYSTEM, choices=("auto", True, False), metavar="auto|true|false")
+
+    output_dir: Optional[str] = option(
+        None, "run directory (default runs/RECIPE): checkpoints, best/final models, logs", group=OUTPUTS,
+        metavar="DIR")
+    checkpoint_every: int = option(
+        0, "also save the training state every N steps (0: at epoch ends only)", group=OUTPUTS, interval="[0, inf)")
+    monitor: str = option("val_accuracy", "metric choosing the best model", group=OUTPUTS, metavar="METRIC")
+    tensorboard: bool = option(True, "write TensorBoard logs", group=OUTPUTS)
+    verbose: Union[int, str] = option(
+        "auto", "auto, 0, 1 or 2 (Keras fit verbosity)", group=OUTPUTS, choices=("auto", 0, 1, 2),
+        metavar="auto|0|1|2")
+    recipe: str = option("custom", "recipe name recorded with the run", group=OUTPUTS)
+
+    def __post_init__(self):
+        fields.validate(self)
+        if self.model == "custom":
+            missing = [key for key in ARCHITECTURE_KEYS if getattr(self, key) is None]
+            if missing:
+                raise ValueError(f"model='custom' needs {', '.join(missing)}.")
+        if self.batch_size % self.accumulation_steps:
+            raise ValueError(
+                f"batch_size={self.batch_size} (per optimizer step) must be divisible by "
+                f"accumulation_steps={self.accumulation_steps}."
+            )
+
+    @property
+    def micro_batch_size(self):
+        """The global batch of one forward / backward pass (`batch_size / accumulation_steps`)."""
+        return self.batch_size // self.accumulation_steps
+
+    @property
+    def run_dir(self):
+        return self.output_dir or os.path.join("runs", self.recipe)
+
+    def architecture(self):
+        """The builder arguments of the model: the variant's, with any field given here."""
+        arch = dict(VARIANTS[self.model]) if self.model in VARIANTS else {}
+        arch.update({key: getattr(self, key) for key in ARCHITECTURE_KEYS if getattr(self, key) is not None})
+        return arch
+
+    def replace(self, **overrides):
+        """A copy with `overrides` (field names) applied and validated."""
+        known = [field.name for field in dataclasses.fields(self)]
+        unknown = sorted(set(overrides) - set(known))
+        if unknown:
+            raise ValueError(f"Unknown training option(s) {unknown}; known: {known}.")
+        return dataclasses.replace(self, **overrides)
+
+    def override(self, assignments):
+        """A copy with `["key=value", ...]` strings applied (values parsed by field type)."""
+        overrides = {}
+        for assignment in assignments:
+            key, sep, value = assignment.partition("=")
+            key = key.strip().replace("-", "_")
+            if not sep:
+                raise ValueError(f"Override {assignment!r} must look like key=value.")
+            overrides[key] = fields.parse(type(self), key, value.strip())
+        return self.replace(**overrides)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+def parse_value(key, text):
+    """`text` converted to the type of `TrainConfig` field `key` ("none" gives None where allowed)."""
+    return fields.parse(TrainConfig, key, text)
+
+
+def field_table():
+    """The Markdown table of every `TrainConfig` field, by group (for the documentation)."""
+    return fields.table(TrainConfig, skip=("recipe",))

@@ -1,0 +1,339 @@
+"""The run engine: what every kind of training run shares, written once.
+
+A `Task` says what is trained: the model and its loss (`setup`), how batches are made from the
+data (`Setup.transform`), what a resumed run must share (`resume_fields`), what else the run
+folder records (`metadata`) and what the run returns (`finish`). `run(task, config)` does the
+rest: the recipe and its checks, seeding, precision, the distribution plan, loading the data and
+planning the steps, the optimizer, the run folder, resuming, the NaN guard, the callbacks, the
+verbosity, and saving (`Run.save`, the one save path).
+"""
+
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from typing import Any, Callable, Optional
+
+import keras
+
+from keras_vit.applications.vision_transformer import VisionTransformer
+from keras_vit.files import write_json
+from keras_vit.training import checkpointing, distribution, layer_decay, optim, pipeline, precision
+from keras_vit.training.data import load_source
+from keras_vit.training.recipes import TrainConfig, check_recipe_command, recipe
+from keras_vit.variants import ARCHITECTURE_KEYS
+
+# Settings a resumed run must share with the run that wrote the checkpoint (and a task's own).
+FINGERPRINT = ("data", *ARCHITECTURE_KEYS, "image_size", "batch_size", "accumulation_steps", "seed", "optimizer")
+
+
+@dataclasses.dataclass
+class Setup:
+    """A task's part of a run, made once the data is known."""
+
+    model: keras.Model  # what is checkpointed and saved: the run's weights
+    train_model: keras.Model  # what `fit` trains: `model`, or a model around it
+    compile: dict  # `loss` and `metrics` (or `weighted_metrics`) of `train_model.compile`
+    one_hot: bool = False  # labels as one-hot vectors (label smoothing, MixUp / CutMix)
+    # `(dataset, salt, start_step) -> dataset` applied to the training (salt 0) and validation
+    # (salt 1) batches, e.g. corrupting patches; None: the labelled batches as they are.
+    transform: Optional[Callable[[Any, int, int], Any]] = None
+
+
+class Task:
+    """A kind of run; subclasses say what differs (see the module docstring)."""
+
+    command = "train"  # the function and `keras-vit` command that runs it
+    default_recipe = "digits"
+    resume_fields = ()  # config fields a resumed run must share, beyond `FINGERPRINT`
+
+    def setup(self, config, source, augmentation):
+        """The `Setup` of the run: models, loss and metrics, label format, batch transform."""
+        raise NotImplementedError
+
+    def metadata(self, config, source):
+        """`{file name: JSON payload}` written into the run folder besides `config.json`."""
+        return {}
+
+    def finish(self, run):
+        """The result of the finished `Run` (save what the task leaves with `run.save`)."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass
+class Run:
+    """A finished run, as `Task.finish` sees it."""
+
+    config: TrainConfig
+    plan: Any  # distribution.Plan
+    precision: str
+    setup: Setup
+    state: checkpointing.RunState
+    val_ds: Any
+    history: dict
+    resumed_from: int
+    started: float
+
+    @property
+    def seconds(self):
+        return time.time() - self.started
+
+    def save(self, model, name):
+        """Saves `model` as `name` in the run folder (the chief writes, every process waits); returns the path."""
+        path = os.path.join(self.config.run_dir, name)
+        if self.plan.is_chief:
+            checkpointing.save_model_atomic(model, path)
+        if self.plan.name == "torch_ddp":
+            from keras_vit.training import torch_ddp
+
+            torch_ddp.barrier()
+        return path
+
+    def evaluate(self):
+        """The training model's metrics on the validation data, e.g. `{"loss": ...}`."""
+        return self.setup.train_model.evaluate(self.val_ds, verbose=0, return_dict=True)
+
+
+def build_vit(config, **head):
+    """The ViT `config` describes (architecture, input size, regularisation, weights, remat),
+    with the builder arguments of its `head` (`include_top`, `pooling`, `classes`, ...)."""
+    size = config.image_size
+    return VisionTransformer(
+        **config.architecture(),
+        weights=config.weights,
+        input_shape=(size, size, 3),
+        dropout_rate=config.dropout,
+        attention_dropout_rate=config.attention_dropout,
+        drop_path_rate=config.drop_path,
+        seed=config.seed,
+        remat=config.remat,
+        name=f"vit_{config.recipe}",
+        **head,
+    )
+
+
+def resolve_config(task, config, overrides):
+    """The `TrainConfig` of `config` (a recipe name, None: the task's default) with `overrides`;
+    raises ValueError for a recipe of another task."""
+    if config is None or isinstance(config, str):
+        config = recipe(config or task.default_recipe)
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig or a recipe name, got {type(config).__name__}.")
+    check_recipe_command(config.recipe, task.command)
+    return config.replace(**overrides)
+
+
+def run(task, config=None, *, data=None, callbacks=(), resume=True, **overrides):
+    """Runs `task` with `config` (a `TrainConfig` or a recipe name) and `overrides`; returns
+    what `task.finish` makes of it. `data`, `callbacks` and `resume` as for `train`."""
+    config = resolve_config(task, config, overrides)
+    started = time.time()
+    previous_policy = keras.config.dtype_policy()
+    seed_everything(config)
+    if keras.backend.backend() == "torch":
+        torch_cpu_threads()
+    plan = distribution.plan(config.strategy, config.model_parallel_size)
+    policy = precision.apply_precision(config.precision)
+    try:
+        with plan.scope():
+            return _run(task, config, plan, policy, data, callbacks, resume, started)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+
+
+def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
+    source, batch, steps_per_epoch, epochs = load_and_plan(config, plan, data)
+    augmentation = make_augmentation(config)
+    setup = task.setup(config, source, augmentation)
+    train_model = setup.train_model
+    train_model.compile(
+        optimizer=make_optimizer(config, steps_per_epoch * epochs, setup.model), jit_compile=config.jit_compile,
+        **setup.compile,
+    )
+    train_model.optimizer.build(train_model.trainable_variables)
+    fingerprint = {key: getattr(config, key) for key in (*FINGERPRINT, *task.resume_fields)}
+    fingerprint["data"] = source.name
+    state = checkpointing.RunState(
+        config.run_dir,
+        setup.model,
+        every_steps=config.checkpoint_every,
+        monitor=config.monitor,
+        fingerprint=json.loads(json.dumps(fingerprint)),  # as it reads back from state.json
+        write=plan.is_chief,
+    )
+    state.tidy()  # what a run killed while saving left behind
+    start = state.restore(train_model) if resume else 0
+    if plan.is_chief:
+        _write_run_folder(task, config, source, data, fresh=start == 0)
+    plan.prepare(train_model)
+
+    transform = setup.transform or (lambda dataset, salt, start_step: dataset)
+    val_ds = transform(
+        pipeline.eval_dataset(
+            source, config.image_size, batch, one_hot=setup.one_hot, crop_fraction=config.eval_crop,
+            pad_to_multiple=plan.pad_multiple, on_corrupt=config.on_corrupt,
+        ),
+        1, 0,
+    )
+
+    def train_stream(start_step):
+        batches = pipeline.train_dataset(
+            source, augmentation, batch, one_hot=setup.one_hot, seed=config.seed, start=start_step * batch,
+            shuffle_buffer=config.shuffle_buffer, shard=plan.shard, deterministic=config.deterministic,
+            on_corrupt=config.on_corrupt,
+        )
+        return transform(batches, 0, start_step)
+
+    callbacks = make_callbacks(config, plan, state, extra_callbacks)
+    if start and plan.is_chief:
+        print(f"Resuming {config.run_dir} at step {start}/{steps_per_epoch * epochs} "
+              f"(epoch {start // steps_per_epoch + 1}).")
+    history = fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks,
+                  fit_verbosity(config.verbose) if plan.is_chief else 0)
+    return task.finish(Run(config, plan, policy, setup, state, val_ds, history, start, started))
+
+
+def seed_everything(config):
+    keras.utils.set_random_seed(config.seed)
+    if not config.deterministic:
+        return
+    import tensorflow as tf
+
+    tf.config.experimental.enable_op_determinism()
+    if keras.backend.backend() == "torch":
+        import torch
+
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def torch_cpu_threads():
+    """On CPU, PyTorch's OpenMP threads busy-wait for each other; when the tf.data pipeline
+    takes a core from them every op stalls (10-30x slower steps). Leave it one core unless
+    OMP_NUM_THREADS says otherwise."""
+    import torch
+
+    if not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 2) - 1)))
+
+
+def schedule_steps(config, examples):
+    """`(steps_per_epoch, epochs)` in fit steps (micro-batches), whole optimizer steps each."""
+    acc = config.accumulation_steps
+    per_epoch = max(acc, (examples // config.micro_batch_size) // acc * acc)
+    if config.steps is None:
+        return per_epoch, config.epochs
+    micro_total = config.steps * acc
+    epochs = max(1, round(micro_total / per_epoch))
+    per_epoch = math.ceil(micro_total / epochs / acc) * acc
+    return per_epoch, epochs
+
+
+def load_and_plan(config, plan, data):
+    """`(source, per-process batch, steps per epoch, epochs)` of a run: the data source of
+    the recipe (or `data`) and the steps every process takes."""
+    source = load_source(
+        config.data if data is None else data,
+        data_dir=config.data_dir,
+        manual_dir=config.manual_dir,
+        download=config.download,
+        train_split=config.train_split,
+        val_split=config.val_split,
+        val_fraction=config.val_fraction,
+        on_corrupt=config.on_corrupt,
+        seed=config.seed,
+    )
+    batch = plan.per_process_batch(config.micro_batch_size)
+    shards = plan.shard[0]  # every process plans with the smallest shard: the same steps everywhere
+    examples = pipeline.shard_size(source.train_size, shards, shards - 1) * shards
+    return (source, batch, *schedule_steps(config, examples))
+
+
+def make_augmentation(config):
+    return pipeline.Augmentation(
+        config.image_size,
+        crop_area=config.crop_area,
+        crop_aspect=config.crop_aspect,
+        flip=config.flip,
+        randaugment_ops=config.randaugment_ops,
+        randaugment_factor=config.randaugment_factor,
+        mixup=config.mixup,
+        cutmix=config.cutmix,
+    )
+
+
+def make_optimizer(config, total_steps, model):
+    """The recipe's optimizer with its warm-up + decay schedule over `total_steps` fit steps
+    (and, with `layer_decay`, per-variable learning-rate scales for `model`)."""
+    total_updates = total_steps // config.accumulation_steps
+    peak = optim.scaled_learning_rate(config.learning_rate, config.batch_size, config.reference_batch_size, config.lr_scaling)
+    schedule = optim.WarmupSchedule(peak, total_updates, min(config.warmup_steps, total_updates), config.schedule)
+    return optim.build_optimizer(
+        config.optimizer,
+        schedule,
+        momentum=config.momentum,
+        beta_1=config.beta_1,
+        beta_2=config.beta_2,
+        weight_decay=config.weight_decay,
+        clipnorm=config.clipnorm,
+        accumulation_steps=config.accumulation_steps,
+        lr_scales=None if config.layer_decay is None else layer_decay.layer_scales(model, config.layer_decay),
+    )
+
+
+def _write_run_folder(task, config, source, data, fresh):
+    os.makedirs(config.run_dir, exist_ok=True)
+    log = os.path.join(config.run_dir, "log.csv")
+    if fresh and os.path.exists(log):
+        os.remove(log)
+    recorded = config.to_dict()
+    if data is not None:  # given to the function directly: a name or path is reloadable, arrays are not
+        recorded["data"] = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
+    files = {"config.json": recorded, **task.metadata(config, source)}
+    for name, payload in files.items():
+        write_json(os.path.join(config.run_dir, name), payload)
+
+
+def make_callbacks(config, plan, state, extra):
+    """The run's callbacks: the NaN guard and the run state first, the chief's logs, then `extra`."""
+    advice = (
+        f"lower the learning rate (now {config.learning_rate}), keep clipnorm on, or use "
+        f"precision='float32' (now {config.precision!r})"
+    )
+    callbacks = [checkpointing.StopOnNaN(state, advice=advice), state]
+    if plan.is_chief:
+        callbacks.append(keras.callbacks.CSVLogger(os.path.join(config.run_dir, "log.csv"), append=True))
+        if config.tensorboard and importlib.util.find_spec("tensorboard") is not None:
+            callbacks.append(keras.callbacks.TensorBoard(os.path.join(config.run_dir, "tensorboard")))
+        elif config.tensorboard:
+            warnings.warn("TensorBoard logs skipped: the `tensorboard` package is not installed.", stacklevel=3)
+    return callbacks + list(extra)
+
+
+def fit_verbosity(verbose):
+    """`fit`'s `verbose`: "auto" is Keras' progress bar on a terminal or in a notebook, and one
+    line per epoch (2) where stdout is a file or a pipe (CI, nohup), where a bar is redrawn."""
+    if verbose != "auto":
+        return verbose
+    return 1 if sys.stdout.isatty() or "ipykernel" in sys.modules else 2
+
+
+def fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks, verbose):
+    """`fit` from `state.step` to the end; a run resumed mid-epoch first finishes that epoch."""
+    history, done, total = {}, state.step, steps_per_epoch * epochs
+    while done < total:
+        epoch, within = divmod(done, steps_per_epoch)
+        fitted = train_model.fit(
+            train_stream(done), epochs=epoch + 1 if within else epochs, initial_epoch=epoch,
+            steps_per_epoch=steps_per_epoch - within, validation_data=val_ds, callbacks=callbacks,
+            verbose=verbose, shuffle=False,
+        )
+        for key, values in fitted.history.items():
+            history.setdefault(key, []).extend(float(v) for v in values)
+        if state.step == done or train_model.stop_training:  # a callback stopped the run
+            break
+        done = state.step
+    return history
