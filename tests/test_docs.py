@@ -84,3 +84,11 @@ def test_shell_lines_name_what_exists(line):
         source = path.read_text()
         for option in (w.split("=")[0] for w in words if w.startswith("--")):
             assert f'"{option}"' in source, f"{script} has no option {option}"
+
+
+def test_the_field_table_is_current():
+    sys.path.insert(0, str(REPO / "scripts"))
+    from update_docs import PAGE, updated
+
+    text = PAGE.read_text()
+    assert "<!-- fields:start -->" in text and updated(text) == text, "stale: run python scripts/update_docs.py"
