@@ -1,8 +1,11 @@
 """The `keras-vit` command line: one sub-command per task, registered by its own module."""
 
 import argparse
+import importlib.util
 import os
+import re
 import sys
+import tempfile
 
 # Light modules (no Keras): each command imports what it needs when it runs.
 from keras_vit.applications import commands as model_commands
@@ -13,6 +16,13 @@ from keras_vit.weights import commands as weights_commands
 
 # Each has `register(subparsers)`, which adds its sub-commands with a `func(args)`, in this order.
 COMMANDS = (model_commands, weights_commands, inspect_commands, training_commands, inference_commands)
+# The commands that import TensorFlow: for tf.data ("always"), or through Keras when it is the
+# backend ("backend"); the others never import it.
+TENSORFLOW_USE = {"train": "always", "pretrain": "always", "evaluate": "always", "export": "always",
+                  "predict": "backend", "inspect": "backend"}
+# TensorFlow's start-up lines, written by its C++ libraries before absl logging is set up, which
+# TF_CPP_MIN_LOG_LEVEL does not reach (e.g. "oneDNN custom operations are on" on CPUs with AVX-512).
+STARTUP_NOISE = re.compile(r"WARNING: All log messages before absl::InitializeLog|I0000 |To enable the following instructions")
 # The extra that installs each Keras backend (pyproject.toml).
 BACKEND_EXTRAS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 
@@ -36,11 +46,35 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if not args.show_logs:  # before TensorFlow or jaxlib is imported; a value already set wins
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        use = TENSORFLOW_USE.get(args.command)
+        if use == "always" or (use == "backend" and os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow"):
+            _import_tensorflow_quietly()
     try:
         return args.func(args) or 0
     except (ValueError, OSError, ImportError) as error:  # bad input, files, missing packages
         print(f"keras-vit {args.command}: error: {_explain(error)}", file=sys.stderr)
         return 2
+
+
+def _import_tensorflow_quietly():
+    """Imports TensorFlow (if installed) with its start-up lines kept off stderr; anything else it
+    writes there is passed on."""
+    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        text = captured.read().decode(errors="replace")
+    kept = [line for line in text.splitlines() if not STARTUP_NOISE.match(line)]
+    if kept:
+        print("\n".join(kept), file=sys.stderr)
 
 
 def _explain(error):
