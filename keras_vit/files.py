@@ -72,12 +72,19 @@ def atomic_path(path):
         remove(tmp)
 
 
-def check_target(path, overwrite=False, folder=False, replaceable=False):
+def check_target(path, overwrite=False, folder=False, replaceable=False, inputs=()):
     """Raises OSError (one clear line) unless a `folder` (or a file) may be written at `path`:
     the nearest existing folder above it takes new files, and anything already at `path` is of
     the same kind (a file never replaces a folder, nor the reverse) and may go: `overwrite`,
-    or `replaceable` (an earlier output of the same writer)."""
+    or `replaceable` (an earlier output of the same writer). Never when `path` is one of the
+    `inputs` (paths being read) or a folder holding one: replacing it would delete them."""
     path = os.path.abspath(os.fspath(path))
+    for source in inputs:
+        if os.path.exists(path) and os.path.exists(source) and _holds(path, source):
+            raise FileExistsError(
+                f"{path} is or holds the input {os.fspath(source)}; refusing to replace it (even with "
+                "--overwrite): choose another output path."
+            )
     above = os.path.dirname(path)
     while not os.path.exists(above):
         above = os.path.dirname(above)
@@ -99,6 +106,14 @@ def check_target(path, overwrite=False, folder=False, replaceable=False):
         raise FileExistsError(
             f"{path} already exists; refusing to overwrite it (pass --overwrite, or overwrite=True, to replace it)."
         )
+
+
+def _holds(path, source):
+    """Whether `source` is `path` (a hard link counts) or lies inside it (links resolved)."""
+    if os.path.samefile(path, source):
+        return True
+    path, source = os.path.realpath(path), os.path.realpath(os.fspath(source))
+    return source.startswith(path.rstrip(os.sep) + os.sep)
 
 
 def _alive(pid):

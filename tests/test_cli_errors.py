@@ -155,7 +155,7 @@ def test_export_never_replaces_the_keras_file(model_file, tmp_path, capsys, monk
         fails(["export", model_file, "--format", "saved_model", "--output", other, *extra], capsys,
               f"{other} is a file; refusing to replace it by a folder")
         fails(["export", model_file, "--format", "onnx", "--output", model_file, "--no-verify", *extra], capsys,
-              f"{model_file} is the model being exported")
+              f"{model_file} is or holds the input")
     fails(["export", model_file, "--format", "onnx", "--output", other, "--no-verify"], capsys, f"{other} already exists")
     assert model_file.read_bytes() == before and other.read_bytes() == before
 

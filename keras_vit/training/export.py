@@ -23,6 +23,7 @@ import numpy as np
 
 import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
 from keras_vit.files import atomic_path, check_target
+from keras_vit.training.inference import load_keras_file
 
 FORMATS = ("saved_model", "onnx")
 SAVED_MODEL_ENTRIES = {"saved_model.pb", "fingerprint.pb", "keras_metadata.pb", "variables", "assets"}
@@ -128,10 +129,9 @@ def is_export(fmt, path):
 
 def check_output(fmt, output, model_path=None, overwrite=False):
     """Raises OSError unless `output` may receive a `fmt` export (see `files.check_target`);
-    never the model file being exported."""
-    if model_path and os.path.exists(output) and os.path.exists(model_path) and os.path.samefile(output, model_path):
-        raise FileExistsError(f"{output} is the model being exported; choose another output path.")
-    check_target(output, overwrite=overwrite, folder=fmt == "saved_model", replaceable=is_export(fmt, output))
+    never the model file being exported, nor a folder holding it."""
+    inputs = (model_path,) if model_path else ()
+    check_target(output, overwrite=overwrite, folder=fmt == "saved_model", replaceable=is_export(fmt, output), inputs=inputs)
 
 
 def _installed(name):
@@ -171,7 +171,7 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     check_requirements(fmt, verify_outputs)
     check_output(fmt, output, model_path, overwrite)
     if model_path is not None:
-        model = keras.saving.load_model(model_path)
+        model = load_keras_file(model_path)
     error = None
     with atomic_path(output) as tmp:
         if not _write(model, fmt, tmp):
@@ -219,5 +219,5 @@ def verify(model, fmt, path, *, atol=1e-4):
 
 if __name__ == "__main__":  # used by `export` to convert in another backend's process
     fmt, source, target = sys.argv[1:4]
-    if not _write(keras.saving.load_model(source), fmt, target):
+    if not _write(load_keras_file(source), fmt, target):
         sys.exit(f"the {keras.backend.backend()} backend cannot write {fmt}")

@@ -1,8 +1,9 @@
 """Evaluate a trained model on a dataset (with `tf.data`), and classify image files with it
 (NumPy image loading: no TensorFlow on JAX and PyTorch)."""
 
-import json
 import os
+import zipfile
+import zlib
 
 import keras
 import numpy as np
@@ -11,6 +12,7 @@ from keras_vit import images, layers  # noqa: F401 (layers: registered for keras
 from keras_vit.variants import VARIANTS
 from keras_vit.imagenet import imagenet_classes, preprocess_input
 from keras_vit.training.heads import ends_with_softmax
+from keras_vit.weights.containers import read_json
 
 
 def run_metadata(model_path):
@@ -19,10 +21,19 @@ def run_metadata(model_path):
     meta = {}
     for name in ("classes.json", "config.json"):
         path = os.path.join(folder, name)
-        if os.path.exists(path):
-            with open(path) as handle:
-                meta[name.split(".")[0]] = json.load(handle)
+        if os.path.lexists(path):
+            meta[name.split(".")[0]] = read_json(path)
     return meta
+
+
+def load_keras_file(path):
+    """`keras.saving.load_model(path)`, with a damaged file (zip CRC, truncation) or one naming
+    classes that are not registered refused in one line (ValueError)."""
+    try:
+        return keras.saving.load_model(path)
+    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, TypeError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{path}: cannot load it as a Keras model ({reason[:300]}).") from None
 
 
 def load_model(model="runs/digits/best.keras", weights="imagenet"):
@@ -32,7 +43,7 @@ def load_model(model="runs/digits/best.keras", weights="imagenet"):
 
         loaded, classes = getattr(keras_vit, model)(weights=weights), {}
     elif os.path.exists(model):
-        loaded, classes = keras.saving.load_model(model), run_metadata(model).get("classes", {})
+        loaded, classes = load_keras_file(model), run_metadata(model).get("classes", {})
     else:
         raise FileNotFoundError(f"No model at {model}: give a .keras file (e.g. runs/digits/best.keras) or one of {', '.join(VARIANTS)}.")
     names = classes.get("class_names")
