@@ -3,11 +3,12 @@
 Converting between files that do not need a model (npz, timm, Hugging Face) imports no
 Keras; writing a Keras file, or exporting a model, does."""
 
+import math
 import os
 
 import numpy as np
 
-from keras_vit.files import check_target
+from keras_vit.files import check_space, check_target, one_line_errors
 from keras_vit.weights import containers, formats, variables
 from keras_vit.weights.canonical import Checkpoint
 from keras_vit.weights.lazy import LazyArray
@@ -84,6 +85,9 @@ def check_output(path, fmt, overwrite=False, inputs=()):
 
 
 def _write(fmt, path, ckpt):
-    """Writes the canonical `ckpt` as `fmt`, after checking its shapes (no impossible file)."""
+    """Writes the canonical `ckpt` as `fmt`, after checking its shapes (no impossible file) and
+    that the disk has room for it (float32); a failed write's error is one line."""
     ckpt.check()
-    fmt.write(path, ckpt)
+    check_space(path, sum(4 * math.prod(t.shape) for t in ckpt.tensors.values()))
+    with one_line_errors(path):
+        fmt.write(path, ckpt)
