@@ -141,6 +141,30 @@ def test_hdf5_tensor_declaring_more_than_it_stores_is_refused_before_reading(pre
     assert not (tmp_path / "out.npz").exists()
 
 
+def test_npz_member_declaring_more_than_it_holds_is_refused_before_reading(tmp_path):
+    """An `.npz` member's header may declare any shape; a deflated one was allocated whole."""
+    params = original_npz_params(np.random.default_rng(0))
+    params["Transformer/encoderblock_0/LayerNorm_0/bias"] = np.zeros(32, np.float32)  # compresses 100-fold: fine
+    with zipfile.ZipFile(tmp_path / "ok.npz", "w", zipfile.ZIP_DEFLATED) as zf:
+        for key, value in params.items():
+            with zf.open(key + ".npy", "w") as f:
+                np.lib.format.write_array(f, value)
+    with zipfile.ZipFile(tmp_path / "ok.npz") as src, zipfile.ZipFile(tmp_path / "odd.npz", "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.startswith("Transformer/posembed_input"):
+                header = {"descr": "<f4", "fortran_order": False, "shape": (1, 1 + 2**26, 32)}
+                with dst.open(info.filename, "w") as f:
+                    np.lib.format.write_array_header_1_0(f, header)
+                    f.write(bytes(4096))
+            else:
+                dst.writestr(info.filename, data)
+    done = run_limited([["convert", tmp_path / "ok.npz", tmp_path / "ok.safetensors"],
+                        ["convert", tmp_path / "odd.npz", tmp_path / "odd.safetensors"]])
+    assert [line for line in done.stdout.splitlines() if line.startswith("rc")] == ["rc 0", "rc 2"], done.stdout + done.stderr
+    assert "declares a (1, 67108865, 32) array" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_tensor_shapes_are_checked_against_the_architecture(preset, tmp_path, capsys):
     with h5py.File(preset / "model.weights.h5", "r+") as f:
         name = "layers/vi_t_encoder/encoder_layers/vi_t_encoder_block_1/mlp/dense_1/vars/0"

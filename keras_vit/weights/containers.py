@@ -34,6 +34,13 @@ HF_WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
 )
 KERAS_WEIGHT_SUFFIX = ".weights.h5"
+# Float32 weights barely compress: a zip member or HDF5 dataset declaring more than this many
+# times what it stores (plus a MiB, for small zero-filled tensors) is refused before it is read.
+MAX_INFLATION = 16
+
+
+def _inflation_limit(stored):
+    return stored * MAX_INFLATION + 2**20
 
 
 @dataclasses.dataclass
@@ -156,6 +163,12 @@ def _npz_member(zf, path, info):
         shape, fortran, dtype = read_header(f)
         header_len = f.tell()
     source = f"{name!r} in {path}"
+    declared = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if declared > info.file_size - header_len or info.file_size > _inflation_limit(info.compress_size):
+        raise ValueError(
+            f"{source}: declares a {shape} array ({declared} bytes) in a member of {info.file_size} bytes, "
+            f"{info.compress_size} compressed; the file is damaged or crafted."
+        )
     if dtype.hasobject:
         raise ValueError(f"{source} holds Python objects; refusing to unpickle it (allow_pickle=False).")
     bf16 = dtype.kind == "V" and dtype.itemsize == 2
@@ -316,18 +329,13 @@ def read_torch(path):
 # ------------------------------------------------------------------ Keras
 
 
-# Float32 weights barely compress: a member (or an HDF5 dataset) declaring more than this many
-# times what it stores is refused before it is read.
-MAX_INFLATION = 16
-
-
 def _check_stored(dataset, source):
     """Raises ValueError unless an HDF5 dataset stores what its shape declares (Keras writes
     them contiguous and uncompressed; a compressed one may inflate `MAX_INFLATION` times)."""
     if not isinstance(dataset, h5py.Dataset):
         raise ValueError(f"{source}: not an HDF5 dataset.")
     declared, stored = dataset.size * dataset.dtype.itemsize, dataset.id.get_storage_size()
-    limit = stored * (MAX_INFLATION if dataset.compression else 1)
+    limit = _inflation_limit(stored) if dataset.compression else stored
     if declared > limit:
         raise ValueError(
             f"{source}: declares a {dataset.shape} tensor ({declared} bytes) but stores {stored} bytes; "
@@ -369,7 +377,7 @@ def read_weights_h5(source, where=None, prefix=""):
 def _unpacked(archive, info, path):
     """A compressed member of a `.keras` zip unpacked, streamed, into an anonymous temporary
     file (not memory), refused past `MAX_INFLATION` times its compressed size."""
-    limit = max(info.compress_size, 1) * MAX_INFLATION
+    limit = _inflation_limit(info.compress_size)
     if info.file_size > limit:
         raise ValueError(
             f"{path}: member {info.filename!r} declares {info.file_size} bytes unpacked from "
