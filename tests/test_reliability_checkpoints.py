@@ -318,3 +318,52 @@ def test_deflated_keras_file_still_reads(tmp_path):
         convert_checkpoint(tmp_path / f"{name}.keras", tmp_path / f"{name}.npz")
     stored, deflated = np.load(tmp_path / "stored.npz"), np.load(tmp_path / "deflated.npz")
     assert sorted(stored) == sorted(deflated) and all(np.array_equal(stored[k], deflated[k]) for k in stored)
+
+
+def test_keras_file_metadata_of_wrong_types_is_refused(tmp_path, capsys):
+    import keras_vit
+    from tests.weights_fixtures import TINY
+
+    keras_vit.VisionTransformer(**TINY, classes=5, input_shape=(32, 32, 3)).save(tmp_path / "m.keras")
+    for layer_class, field, value, expected in (
+        ("Encoder", "approximate_gelu", "yes", "approximate_gelu='yes'"),
+        ("Encoder", "layer_norm_epsilon", 0, "layer_norm_epsilon=0"),
+        ("TokenPooling", "mode", "max", "pooling='max'"),
+    ):
+        with zipfile.ZipFile(tmp_path / "m.keras") as src, zipfile.ZipFile(tmp_path / "odd.keras", "w") as dst:
+            for info in src.infolist():
+                data = src.read(info)
+                if info.filename == "config.json":
+                    config = json.loads(data)
+                    for layer in config["config"]["layers"]:
+                        if layer["class_name"] == layer_class:
+                            layer["config"][field] = value
+                    data = json.dumps(config)
+                dst.writestr(info.filename, data)
+        fails(["convert", tmp_path / "odd.keras", tmp_path / "out.npz"], capsys, expected)
+
+
+def test_a_checkpoint_is_checked_before_it_is_written(npz, tmp_path):
+    from keras_vit.weights import read_checkpoint
+    from keras_vit.weights.lazy import LazyArray
+
+    ckpt = read_checkpoint(npz)
+    ckpt.tensors["Transformer/encoder_norm/scale"] = LazyArray.wrap(np.ones(31, np.float32), "edited")
+    with pytest.raises(ValueError, match=r"encoder_norm/scale' has shape \(31,\)"):
+        convert_checkpoint(ckpt, tmp_path / "out.npz")
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_a_failed_write_is_one_line_and_leaves_nothing(npz, tmp_path, capsys, monkeypatch):
+    from keras_vit.files import atomic_path
+    from keras_vit.weights import containers
+
+    def failing(path, tensors):
+        with atomic_path(path) as tmp:
+            open(tmp, "wb").close()
+            raise RuntimeError("Can't decrement id ref count (file write failed: time = ...\n, errno = 5)")
+
+    monkeypatch.setattr(containers, "write_npz", failing)
+    (tmp_path / "out.npz").write_bytes(b"old")
+    fails(["convert", npz, tmp_path / "out.npz", "--overwrite"], capsys, "Writing", "out.npz failed: Can't decrement")
+    assert sorted(os.listdir(tmp_path)) == ["out.npz", "src"] and (tmp_path / "out.npz").read_bytes() == b"old"
