@@ -106,7 +106,7 @@ class Checkpoint:
 
     @property
     def mlp_dim(self):
-        return self.shape(MLP.format(i=0) + "Dense_0/kernel")[-1]
+        return (self.shape(MLP.format(i=0) + "Dense_0/kernel") or [None])[-1]
 
     @property
     def classes(self):
@@ -141,12 +141,10 @@ class Checkpoint:
     def expected_shapes(self):
         """Canonical key -> the shape the model's architecture gives it (stem keys left out),
         from the width (class token), patch embedding, MLP width, heads and head sizes."""
-        width, heads = self.shape("cls")[-1], self.num_heads
-        mlp = (self.shape(MLP.format(i=0) + "Dense_0/kernel") or [None])[-1]
+        width, heads, mlp = self.shape("cls")[-1], self.num_heads, self.mlp_dim
         logits_in = self.representation_size or width
         shapes = {"cls": (1, 1, width), "embedding/bias": (width,)}
-        for norm in ("Transformer/encoder_norm/",):
-            shapes.update({norm + "scale": (width,), norm + "bias": (width,)})
+        shapes.update({"Transformer/encoder_norm/scale": (width,), "Transformer/encoder_norm/bias": (width,)})
         for i in range(self.depth):
             block, attn, mlp_block = BLOCK.format(i=i), ATTN.format(i=i), MLP.format(i=i)
             for norm in ("LayerNorm_0/", "LayerNorm_2/"):
@@ -183,13 +181,12 @@ class Checkpoint:
                 f"{self.path}: its configuration gives a {self.grid[0]}x{self.grid[1]} patch grid, but the "
                 f"position embeddings hold {posemb[1] - 1} patches."
             )
-        mlp = (self.shape(MLP.format(i=0) + "Dense_0/kernel") or [None])[-1]
         for key, expected in self.expected_shapes().items():
             found = self.shape(key)
             if found is not None and tuple(found) != tuple(expected):
                 raise ValueError(
                     f"{self.path}: tensor {key!r} has shape {tuple(found)}; the architecture it declares "
-                    f"(width {width}, {self.num_heads} heads, MLP width {mlp}) needs {tuple(expected)}."
+                    f"(width {width}, {self.num_heads} heads, MLP width {self.mlp_dim}) needs {tuple(expected)}."
                 )
 
     def architecture(self):
