@@ -7,6 +7,7 @@ killed half-way leaves such a name behind; `remove_stale` deletes those of dead 
 """
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -82,12 +83,19 @@ def write_json(path, payload):
         os.fsync(handle.fileno())
 
 
-def check_target(path, overwrite=False, folder=False, replaceable=False):
+def check_target(path, overwrite=False, folder=False, replaceable=False, inputs=()):
     """Raises OSError (one clear line) unless a `folder` (or a file) may be written at `path`:
     the nearest existing folder above it takes new files, and anything already at `path` is of
     the same kind (a file never replaces a folder, nor the reverse) and may go: `overwrite`,
-    or `replaceable` (an earlier output of the same writer)."""
+    or `replaceable` (an earlier output of the same writer). Never when `path` is one of the
+    `inputs` (paths being read) or a folder holding one: replacing it would delete them."""
     path = os.path.abspath(os.fspath(path))
+    for source in inputs:
+        if os.path.exists(path) and os.path.exists(source) and _holds(path, source):
+            raise FileExistsError(
+                f"{path} is or holds the input {os.fspath(source)}; refusing to replace it (even with "
+                "--overwrite): choose another output path."
+            )
     above = os.path.dirname(path)
     while not os.path.exists(above):
         above = os.path.dirname(above)
@@ -109,6 +117,51 @@ def check_target(path, overwrite=False, folder=False, replaceable=False):
         raise FileExistsError(
             f"{path} already exists; refusing to overwrite it (pass --overwrite, or overwrite=True, to replace it)."
         )
+
+
+# Room kept beyond a file's data for its container's own records (HDF5, zip, JSON headers).
+WRITE_MARGIN = 2**20
+
+
+def check_space(path, nbytes):
+    """Raises OSError (one line) unless the filesystem that would hold `path` has room for
+    `nbytes` more (plus `WRITE_MARGIN`): HDF5 writers crash rather than fail cleanly on a full
+    disk, so a write that cannot fit is refused before it starts."""
+    above = os.path.dirname(os.path.abspath(os.fspath(path)))
+    while not os.path.exists(above):
+        above = os.path.dirname(above)
+    stats = os.statvfs(above)
+    free = stats.f_bavail * stats.f_frsize
+    if nbytes + WRITE_MARGIN > free:
+        raise OSError(
+            errno.ENOSPC,
+            f"Not enough space to write {os.fspath(path)}: it needs about {_mib(nbytes + WRITE_MARGIN)}, "
+            f"{above} has {_mib(free)} free",
+        )
+
+
+def _mib(nbytes):
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
+@contextlib.contextmanager
+def one_line_errors(path):
+    """Re-raises a write's OSError or RuntimeError (h5py's run over several lines) as one
+    OSError line naming `path`."""
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        code = getattr(error, "errno", None)
+        reason = os.strerror(code) if code else (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise OSError(code, f"Writing {os.fspath(path)} failed: {reason}; what was there is untouched") from None
+
+
+def _holds(path, source):
+    """Whether `source` is `path` (a hard link counts) or lies inside it (links resolved)."""
+    if os.path.samefile(path, source):
+        return True
+    path, source = os.path.realpath(path), os.path.realpath(os.fspath(source))
+    return source.startswith(path.rstrip(os.sep) + os.sep)
 
 
 def _alive(pid):

@@ -51,47 +51,66 @@ def _to_rgb(image):
     return np.asarray(image.convert("RGB"))
 
 
-def _resize_weights(in_size, out_size):
-    """`(out_size, in_size)` matrix of a bilinear resize antialiased when shrinking: a triangle
-    kernel at each output pixel's centre, widened by the shrink factor, rows normalised
-    (TensorFlow's `scale_and_translate` with the "triangle" kernel; `jax.image.resize(...,
-    "linear", antialias=True)`)."""
+def _resize_weights(in_size, out_size, start, count):
+    """`(index, weights)`, each `(count, taps)`: for output pixels `start .. start + count - 1`
+    of a bilinear resize antialiased when shrinking, the input pixels under each one's kernel
+    and their weights: a triangle kernel at the output pixel's centre, widened by the shrink
+    factor, normalised (TensorFlow's `scale_and_translate` with the "triangle" kernel;
+    `jax.image.resize(..., "linear", antialias=True)`). Only the kernel's support is computed,
+    so the work follows the output asked for, not the whole resized image."""
     f32 = np.float32
     inv_scale = f32(1) / (f32(out_size) / f32(in_size))  # float32 throughout, as TensorFlow
-    one_over_width = f32(1) / max(inv_scale, f32(1))
-    centres = (np.arange(out_size, dtype=f32) + f32(0.5)) * inv_scale
-    offsets = np.arange(in_size, dtype=f32) + f32(0.5) - centres[:, None]
+    width = max(inv_scale, f32(1))  # the kernel's half-width, in input pixels
+    one_over_width = f32(1) / width
+    centres = (np.arange(start, start + count, dtype=f32) + f32(0.5)) * inv_scale
+    first = np.maximum(np.floor(centres - width).astype(np.int64) - 2, 0)
+    index = first[:, None] + np.arange(int(np.ceil(2 * width)) + 4)
+    offsets = index.astype(f32) + f32(0.5) - centres[:, None]
     weights = np.maximum(f32(0), f32(1) - np.abs(offsets * one_over_width))
-    return weights * (f32(1) / weights.sum(axis=1, keepdims=True))
+    weights[index >= in_size] = 0
+    return np.minimum(index, in_size - 1), weights * (f32(1) / weights.sum(axis=1, keepdims=True))
 
 
 def resize(image, size):
     """`(height, width, channels)` image -> `size = (height, width)`, bilinear, antialiased when
     shrinking; float32 in the input's range."""
-    image = np.asarray(image, np.float32)
-    rows = _resize_first_axis(image, size[0])
-    return _resize_first_axis(rows.swapaxes(0, 1), size[1]).swapaxes(0, 1)
+    return _resize_window(image, size, (0, 0))
 
 
-def _resize_first_axis(image, out_size):
-    """Each output row: the weighted sum of the few input rows under its kernel."""
-    weights = _resize_weights(len(image), out_size)
-    support = weights > 0
-    first, last = support.argmax(axis=1), len(image) - 1
-    rows = np.arange(out_size)
-    out = np.zeros((out_size, *image.shape[1:]), np.float32)
-    for k in range(support.sum(axis=1).max()):
-        source = np.minimum(first + k, last)
-        weight = np.where(first + k <= last, weights[rows, source], 0)
-        out += weight[:, None, None] * image[source]
+def _resize_window(image, size, corner, window=None):
+    """The `window = (rows, columns)` of `image` resized to `size` whose top-left pixel is
+    `corner` (default: all of it), computed without the rest of the resized image."""
+    window = window or (size[0] - corner[0], size[1] - corner[1])
+    rows = _resize_first_axis(np.asarray(image), size[0], corner[0], window[0])
+    return _resize_first_axis(rows.swapaxes(0, 1), size[1], corner[1], window[1]).swapaxes(0, 1)
+
+
+def _resize_first_axis(image, out_size, start, count):
+    """Output rows `start .. start + count - 1`: each the weighted sum of the few input rows
+    under its kernel (cast to float32 a row at a time)."""
+    index, weights = _resize_weights(len(image), out_size, start, count)
+    out = np.zeros((count, *image.shape[1:]), np.float32)
+    for k in range(index.shape[1]):
+        out += weights[:, k, None, None] * image[index[:, k]].astype(np.float32)
     return out
+
+
+# Longer side / shorter side beyond which an image is refused rather than centre-cropped.
+MAX_ASPECT_RATIO = 100
 
 
 def center_crop(image, size, crop_fraction=1.0):
     """Resize the shorter side to `size / crop_fraction`, then take the central `size` square;
-    float32 pixels in the input's range."""
+    float32 pixels in the input's range. Only that square is computed. An image more than
+    `MAX_ASPECT_RATIO` times longer than wide (or the reverse) is refused (ValueError)."""
+    height, width = image.shape[:2]
+    if max(height, width) > MAX_ASPECT_RATIO * min(height, width):
+        raise ValueError(
+            f"a {width}x{height} image: its sides differ more than {MAX_ASPECT_RATIO} times, so a centre "
+            "crop would keep almost none of it; crop or pad it to a less extreme aspect ratio."
+        )
     shape = np.asarray(image.shape[:2], np.float32)
     scale = np.float32(size / crop_fraction) / shape.min()  # float32, as the tf.data graph
     scaled = np.maximum(np.round(shape * scale).astype(np.int32), size)
     top, left = (scaled - size) // 2
-    return resize(image, scaled)[top : top + size, left : left + size]
+    return _resize_window(image, tuple(scaled), (top, left), (size, size))

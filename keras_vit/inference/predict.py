@@ -1,8 +1,9 @@
 """Evaluate a trained model on a dataset (with `tf.data`), and classify image files with it
 (NumPy image loading: no TensorFlow on JAX and PyTorch)."""
 
-import json
 import os
+import zipfile
+import zlib
 
 import keras
 import numpy as np
@@ -11,6 +12,7 @@ from keras_vit import images, layers  # noqa: F401 (layers: registered for keras
 from keras_vit.variants import VARIANTS
 from keras_vit.imagenet import imagenet_classes, preprocess_input
 from keras_vit.training.heads import ends_with_softmax
+from keras_vit.weights.containers import read_json
 
 
 def run_metadata(model_path):
@@ -19,10 +21,19 @@ def run_metadata(model_path):
     meta = {}
     for name in ("classes.json", "config.json"):
         path = os.path.join(folder, name)
-        if os.path.exists(path):
-            with open(path) as handle:
-                meta[name.split(".")[0]] = json.load(handle)
+        if os.path.lexists(path):
+            meta[name.split(".")[0]] = read_json(path)
     return meta
+
+
+def load_keras_file(path):
+    """`keras.saving.load_model(path)`, with a damaged file (zip CRC, truncation) or one naming
+    classes that are not registered refused in one line (ValueError)."""
+    try:
+        return keras.saving.load_model(path)
+    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, TypeError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{path}: cannot load it as a Keras model ({reason[:300]}).") from None
 
 
 def load_model(model="runs/digits/best.keras", weights="imagenet"):
@@ -32,7 +43,7 @@ def load_model(model="runs/digits/best.keras", weights="imagenet"):
 
         loaded, classes = getattr(keras_vit, model)(weights=weights), {}
     elif os.path.exists(model):
-        loaded, classes = keras.saving.load_model(model), run_metadata(model).get("classes", {})
+        loaded, classes = load_keras_file(model), run_metadata(model).get("classes", {})
     else:
         raise FileNotFoundError(f"No model at {model}: give a .keras file (e.g. runs/digits/best.keras) or one of {', '.join(VARIANTS)}.")
     names = classes.get("class_names")
@@ -82,11 +93,18 @@ def evaluate(model_path, data=None, *, split="validation", batch_size=128, **sou
     return {"top1": float(results["top1"]), "top5": float(results["top5"]), "loss": float(results["loss"]), "examples": size}
 
 
+def _crop(path, image_size, crop_fraction):
+    try:
+        return images.center_crop(images.read_image(path), image_size, crop_fraction)
+    except ValueError as error:
+        message = str(error)
+        raise ValueError(message if message.startswith(str(path)) else f"{path}: {message}") from None
+
+
 def load_images(paths, image_size, crop_fraction=1.0):
     """Image files -> a `(N, size, size, 3)` float32 batch in [-1, 1]: the validation
     pipeline's decoding, resize and centre crop (`keras_vit.images`), without TensorFlow."""
-    crops = [images.center_crop(images.read_image(path), image_size, crop_fraction) for path in paths]
-    return preprocess_input(np.stack(crops))
+    return preprocess_input(np.stack([_crop(path, image_size, crop_fraction) for path in paths]))
 
 
 def check_top(top):
@@ -95,14 +113,21 @@ def check_top(top):
         raise ValueError(f"top={top!r} must be a whole number >= 1 (classes listed per image; all of them at most).")
 
 
-def predict(model, paths, *, class_names=None, top=5, crop_fraction=1.0):
-    """For each image file, the `top` classes (all of them at most) as `(index, name, probability)`."""
+# Images decoded and run together by `predict`: memory stays that of one batch.
+PREDICT_BATCH = 32
+
+
+def predict(model, paths, *, class_names=None, top=5, crop_fraction=1.0, batch_size=PREDICT_BATCH):
+    """For each image file, the `top` classes (all of them at most) as `(index, name, probability)`,
+    decoding and running `batch_size` images at a time."""
     check_top(top)
-    probs = keras.ops.convert_to_numpy(model.predict(load_images(paths, _image_size(model), crop_fraction), verbose=0))
-    if not ends_with_softmax(model):
-        probs = keras.ops.convert_to_numpy(keras.ops.softmax(probs, axis=-1))
-    results = []
-    for row in probs:
-        best = np.argsort(row)[::-1][:top]
-        results.append([(int(i), class_names[i] if class_names else str(i), float(row[i])) for i in best])
+    size, results = _image_size(model), []
+    for start in range(0, len(paths), batch_size):
+        batch = load_images(paths[start : start + batch_size], size, crop_fraction)
+        probs = keras.ops.convert_to_numpy(model.predict(batch, verbose=0))
+        if not ends_with_softmax(model):
+            probs = keras.ops.convert_to_numpy(keras.ops.softmax(probs, axis=-1))
+        for row in probs:
+            best = np.argsort(row)[::-1][:top]
+            results.append([(int(i), class_names[i] if class_names else str(i), float(row[i])) for i in best])
     return results

@@ -13,6 +13,7 @@ it replaces an earlier export of the same format, anything else only with `overw
 """
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -23,9 +24,13 @@ import numpy as np
 
 import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
 from keras_vit.files import atomic_path, check_target
+from keras_vit.inference.predict import load_keras_file
 
 FORMATS = ("saved_model", "onnx")
-SAVED_MODEL_ENTRIES = {"saved_model.pb", "fingerprint.pb", "keras_metadata.pb", "variables", "assets"}
+# What marks an export as keras_vit's: a file in a SavedModel folder, a metadata entry in ONNX.
+MARK, MARK_VALUE = "written_by", "keras_vit"
+SAVED_MODEL_MARK = "keras_vit_export.json"
+SAVED_MODEL_ENTRIES = {"saved_model.pb", "fingerprint.pb", "keras_metadata.pb", "variables", "assets", SAVED_MODEL_MARK}
 
 
 class ExportMismatch(ValueError):
@@ -109,11 +114,31 @@ def _write(model, fmt, output):
     return False
 
 
+def _mark(fmt, path):
+    """Marks the export at `path` as keras_vit's, so that `is_export` recognises it."""
+    if fmt == "saved_model":
+        with open(os.path.join(path, SAVED_MODEL_MARK), "w", encoding="utf-8") as f:
+            json.dump({MARK: MARK_VALUE, "format": fmt}, f)
+        return
+    import onnx
+
+    proto = onnx.load(path, load_external_data=False)
+    onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props}, MARK: MARK_VALUE})
+    onnx.save(proto, path)
+
+
 def is_export(fmt, path):
-    """Whether `path` holds an earlier export of `fmt` (which a new one may replace)."""
+    """Whether `path` holds an earlier keras_vit export of `fmt` (which a new one may replace):
+    one that `export` marked, not merely any SavedModel or ONNX file."""
     if fmt == "saved_model":
         entries = set(os.listdir(path)) if os.path.isdir(path) else set()
-        return "saved_model.pb" in entries and entries <= SAVED_MODEL_ENTRIES
+        if not ("saved_model.pb" in entries and SAVED_MODEL_MARK in entries and entries <= SAVED_MODEL_ENTRIES):
+            return False
+        try:
+            with open(os.path.join(path, SAVED_MODEL_MARK), encoding="utf-8") as f:
+                return json.load(f).get(MARK) == MARK_VALUE
+        except (OSError, ValueError, AttributeError):
+            return False
     if not os.path.isfile(path) or not _installed("onnx"):
         return False
     import onnx
@@ -123,15 +148,14 @@ def is_export(fmt, path):
         proto = onnx.load(path, load_external_data=False)
     except (DecodeError, OSError, ValueError):
         return False
-    return proto.ir_version > 0 and len(proto.graph.node) > 0
+    return any(p.key == MARK and p.value == MARK_VALUE for p in proto.metadata_props)
 
 
 def check_output(fmt, output, model_path=None, overwrite=False):
     """Raises OSError unless `output` may receive a `fmt` export (see `files.check_target`);
-    never the model file being exported."""
-    if model_path and os.path.exists(output) and os.path.exists(model_path) and os.path.samefile(output, model_path):
-        raise FileExistsError(f"{output} is the model being exported; choose another output path.")
-    check_target(output, overwrite=overwrite, folder=fmt == "saved_model", replaceable=is_export(fmt, output))
+    never the model file being exported, nor a folder holding it."""
+    inputs = (model_path,) if model_path else ()
+    check_target(output, overwrite=overwrite, folder=fmt == "saved_model", replaceable=is_export(fmt, output), inputs=inputs)
 
 
 def _installed(name):
@@ -171,7 +195,7 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     check_requirements(fmt, verify_outputs)
     check_output(fmt, output, model_path, overwrite)
     if model_path is not None:
-        model = keras.saving.load_model(model_path)
+        model = load_keras_file(model_path)
     error = None
     with atomic_path(output) as tmp:
         if not _write(model, fmt, tmp):
@@ -180,6 +204,7 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
                     model_path = os.path.join(folder, "model.keras")
                     model.save(model_path)
                 _run_in_backend("tensorflow" if fmt == "saved_model" else "torch", fmt, model_path, tmp)
+        _mark(fmt, tmp)
         if verify_outputs:
             try:
                 error = verify(model, fmt, tmp, atol=atol)
@@ -219,5 +244,5 @@ def verify(model, fmt, path, *, atol=1e-4):
 
 if __name__ == "__main__":  # used by `export` to convert in another backend's process
     fmt, source, target = sys.argv[1:4]
-    if not _write(keras.saving.load_model(source), fmt, target):
+    if not _write(load_keras_file(source), fmt, target):
         sys.exit(f"the {keras.backend.backend()} backend cannot write {fmt}")

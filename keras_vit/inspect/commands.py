@@ -10,16 +10,14 @@ DEFAULT_SIZE = 224
 
 
 def _build(model, weights, image_size):
-    import keras
-
-    import keras_vit.layers  # registers the layers for keras.saving.load_model
+    from keras_vit.inference.predict import load_keras_file
 
     if model.endswith(".keras"):
         if not os.path.isfile(model):
             raise FileNotFoundError(f"No saved model at {model}.")
         if weights is not None:
             raise ValueError("--weights cannot be combined with a saved .keras model, which has its own.")
-        return keras.saving.load_model(model)
+        return load_keras_file(model)
     if model not in VARIANTS and model not in HYBRIDS:
         raise ValueError(
             f"Unknown --model {model!r}; expected one of {', '.join([*VARIANTS, *HYBRIDS])} or a "

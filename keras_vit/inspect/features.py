@@ -72,7 +72,11 @@ def features(model, images, layers=None, *, norm=False, grid=False, batch_size=1
     `feature_extractor` for `layers`, `norm` and `grid`. Returns one array for an index,
     a list of arrays for a list (or None: every block).
     """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r}: expected a whole number >= 1 (images run at a time).")
     images = check_images(images)
+    if not len(images):
+        raise ValueError(f"images is an empty batch (shape {images.shape}); give at least one image.")
     extractor = feature_extractor(model, layers, norm=norm, grid=grid)
     chunks = []
     for start in range(0, len(images), batch_size):

@@ -3,6 +3,8 @@ google-research/vision_transformer `.npz` files (SPEC.md section 2), and `Checkp
 checkpoint in that layout plus what it tells about the model that produced it."""
 
 import dataclasses
+import math
+import numbers
 from typing import Optional
 
 from keras_vit.patch_grid import grid_size_of
@@ -31,6 +33,40 @@ class Metadata:
     grid: Optional[tuple] = None
     layer_norm_epsilon: Optional[float] = None
     pooling: Optional[str] = None
+
+
+def _is_count(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def check_metadata(meta, path):
+    """Raises ValueError (one line naming `path`) unless each value `meta` records has the
+    right type and range: heads a whole number >= 1, the grid two of them, the LayerNorm
+    epsilon a finite number > 0, the GELU flag a bool, the pooling "token" or "avg"."""
+    problems = []
+    if meta.num_heads is not None and not _is_count(meta.num_heads):
+        problems.append(f"num_heads={meta.num_heads!r} (expected a whole number >= 1)")
+    if meta.grid is not None and not (
+        isinstance(meta.grid, (tuple, list)) and len(meta.grid) == 2 and all(_is_count(n) for n in meta.grid)
+    ):
+        problems.append(f"a patch grid of {meta.grid!r} (expected two whole numbers >= 1: image size / patch size)")
+    eps = meta.layer_norm_epsilon
+    if eps is not None and (
+        isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0
+    ):
+        problems.append(f"layer_norm_epsilon={eps!r} (expected a finite number > 0)")
+    if meta.approximate_gelu is not None and not isinstance(meta.approximate_gelu, bool):
+        problems.append(f"approximate_gelu={meta.approximate_gelu!r} (expected true or false)")
+    if meta.pooling not in (None, "token", "avg"):
+        problems.append(f"pooling={meta.pooling!r} (expected 'token' or 'avg')")
+    if problems:
+        raise ValueError(f"{path}: its configuration records {'; '.join(problems)}.")
+
+
+def check_heads(heads, width, path):
+    """Raises ValueError unless `heads` attention heads split the model width `width`."""
+    if not _is_count(heads) or width % heads:
+        raise ValueError(f"{path}: {heads!r} attention heads cannot split the model width {width} (it must divide it).")
 
 
 @dataclasses.dataclass
@@ -70,7 +106,7 @@ class Checkpoint:
 
     @property
     def mlp_dim(self):
-        return self.shape(MLP.format(i=0) + "Dense_0/kernel")[-1]
+        return (self.shape(MLP.format(i=0) + "Dense_0/kernel") or [None])[-1]
 
     @property
     def classes(self):
@@ -101,6 +137,57 @@ class Checkpoint:
                 f"{format_name} format's head reads the class token. Export a model with "
                 "pooling='token', or without its head (include_top=False)."
             )
+
+    def expected_shapes(self):
+        """Canonical key -> the shape the model's architecture gives it (stem keys left out),
+        from the width (class token), patch embedding, MLP width, heads and head sizes."""
+        width, heads, mlp = self.shape("cls")[-1], self.num_heads, self.mlp_dim
+        logits_in = self.representation_size or width
+        shapes = {"cls": (1, 1, width), "embedding/bias": (width,)}
+        shapes.update({"Transformer/encoder_norm/scale": (width,), "Transformer/encoder_norm/bias": (width,)})
+        for i in range(self.depth):
+            block, attn, mlp_block = BLOCK.format(i=i), ATTN.format(i=i), MLP.format(i=i)
+            for norm in ("LayerNorm_0/", "LayerNorm_2/"):
+                shapes.update({block + norm + "scale": (width,), block + norm + "bias": (width,)})
+            for name in QKV:
+                shapes.update({attn + name + "/kernel": (width, heads, width // heads), attn + name + "/bias": (heads, width // heads)})
+            shapes.update({attn + "out/kernel": (heads, width // heads, width), attn + "out/bias": (width,)})
+            shapes.update({mlp_block + "Dense_0/kernel": (width, mlp), mlp_block + "Dense_0/bias": (mlp,)})
+            shapes.update({mlp_block + "Dense_1/kernel": (mlp, width), mlp_block + "Dense_1/bias": (width,)})
+        if self.representation_size:
+            shapes.update({"pre_logits/kernel": (width, self.representation_size), "pre_logits/bias": (self.representation_size,)})
+        if self.classes:
+            shapes.update({"head/kernel": (logits_in, self.classes), "head/bias": (self.classes,)})
+        return shapes
+
+    def check(self):
+        """Raises ValueError (one line) unless every tensor has the shape the architecture
+        gives it and the recorded grid fits the position embeddings; reads no tensor data,
+        so a file declaring impossible or inflated sizes is refused before it is read."""
+        for key in ("cls", "embedding/kernel", POSEMB):
+            if key not in self.tensors:
+                raise ValueError(f"{self.path}: no {key!r} tensor; keras_vit's ViT needs one.")
+        if len(self.shape("cls")) != 3:
+            raise ValueError(f"{self.path}: class token of shape {self.shape('cls')}; expected (1, 1, width).")
+        check_heads(self.num_heads, self.shape("cls")[-1], self.path)
+        width = self.shape("cls")[-1]
+        kernel, posemb = self.shape("embedding/kernel"), self.shape(POSEMB)
+        if len(kernel) != 4 or kernel[-1] != width or kernel[0] != kernel[1]:
+            raise ValueError(f"{self.path}: patch embedding kernel of shape {kernel}; expected (patch, patch, channels, {width}).")
+        if len(posemb) != 3 or posemb[0] != 1 or posemb[2] != width or posemb[1] < 2:
+            raise ValueError(f"{self.path}: position embeddings of shape {posemb}; expected (1, tokens, {width}).")
+        if self.grid is not None and self.grid[0] * self.grid[1] != posemb[1] - 1:
+            raise ValueError(
+                f"{self.path}: its configuration gives a {self.grid[0]}x{self.grid[1]} patch grid, but the "
+                f"position embeddings hold {posemb[1] - 1} patches."
+            )
+        for key, expected in self.expected_shapes().items():
+            found = self.shape(key)
+            if found is not None and tuple(found) != tuple(expected):
+                raise ValueError(
+                    f"{self.path}: tensor {key!r} has shape {tuple(found)}; the architecture it declares "
+                    f"(width {width}, {self.num_heads} heads, MLP width {self.mlp_dim}) needs {tuple(expected)}."
+                )
 
     def architecture(self):
         """The `VisionTransformer` arguments that rebuild this checkpoint's model."""

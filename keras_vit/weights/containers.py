@@ -10,11 +10,12 @@ bfloat16 tensors load as float32. Nothing here imports Keras.
 """
 
 import dataclasses
-import io
 import json
 import os
 import pickle
+import shutil
 import struct
+import tempfile
 import zipfile
 import zlib
 
@@ -33,6 +34,13 @@ HF_WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
 )
 KERAS_WEIGHT_SUFFIX = ".weights.h5"
+# Float32 weights barely compress: a zip member or HDF5 dataset declaring more than this many
+# times what it stores (plus a MiB, for small zero-filled tensors) is refused before it is read.
+MAX_INFLATION = 16
+
+
+def _inflation_limit(stored):
+    return stored * MAX_INFLATION + 2**20
 
 
 @dataclasses.dataclass
@@ -62,17 +70,23 @@ def _is_safetensors(path):
     return 2 <= size <= MAX_SAFETENSORS_HEADER and head[8:9] == b"{"
 
 
-def _folder_weight_files(folder):
+def folder_weight_files(folder):
+    """The weights files that reading `folder` as a checkpoint reads (none: not a checkpoint)."""
     names = sorted(os.listdir(folder))
     hf = [n for n in HF_WEIGHT_FILES if n in names]
     return hf[:1] or [n for n in names if n.endswith(KERAS_WEIGHT_SUFFIX)]
+
+
+def reads_name(name):
+    """Whether reading a checkpoint folder looks at a file called `name`."""
+    return name in (*HF_WEIGHT_FILES, "config.json", "task.json") or name.endswith(KERAS_WEIGHT_SUFFIX)
 
 
 def detect_container(path):
     """The container of `path` ("folder" for a folder with weights), from its content."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        if _folder_weight_files(path):
+        if folder_weight_files(path):
             return "folder"
         raise ValueError(
             f"{path} is a folder without weights (expected one of {', '.join(HF_WEIGHT_FILES)}, "
@@ -149,6 +163,12 @@ def _npz_member(zf, path, info):
         shape, fortran, dtype = read_header(f)
         header_len = f.tell()
     source = f"{name!r} in {path}"
+    declared = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if declared > info.file_size - header_len or info.file_size > _inflation_limit(info.compress_size):
+        raise ValueError(
+            f"{source}: declares a {shape} array ({declared} bytes) in a member of {info.file_size} bytes, "
+            f"{info.compress_size} compressed; the file is damaged or crafted."
+        )
     if dtype.hasobject:
         raise ValueError(f"{source} holds Python objects; refusing to unpickle it (allow_pickle=False).")
     bf16 = dtype.kind == "V" and dtype.itemsize == 2
@@ -309,6 +329,20 @@ def read_torch(path):
 # ------------------------------------------------------------------ Keras
 
 
+def _check_stored(dataset, source):
+    """Raises ValueError unless an HDF5 dataset stores what its shape declares (Keras writes
+    them contiguous and uncompressed; a compressed one may inflate `MAX_INFLATION` times)."""
+    if not isinstance(dataset, h5py.Dataset):
+        raise ValueError(f"{source}: not an HDF5 dataset.")
+    declared, stored = dataset.size * dataset.dtype.itemsize, dataset.id.get_storage_size()
+    limit = _inflation_limit(stored) if dataset.compression else stored
+    if declared > limit:
+        raise ValueError(
+            f"{source}: declares a {dataset.shape} tensor ({declared} bytes) but stores {stored} bytes; "
+            "the file is damaged or crafted."
+        )
+
+
 def _h5_variables(group, chain, out, where, prefix):
     variables = group.get("vars")
     if isinstance(variables, h5py.Group) and chain is not None:
@@ -316,6 +350,7 @@ def _h5_variables(group, chain, out, where, prefix):
         for j in range(len(variables)):
             key = prefix + "/".join(chain + ["vars", str(j)])
             dataset = variables[str(j)]
+            _check_stored(dataset, f"{key!r} in {where}")
             out[key] = LazyArray(dataset.shape, dataset.dtype, lambda d=dataset: d[()], f"{key!r} in {where}")
     for name, child in group.items():
         # The root's "optimizer" group holds a compiled model's optimizer state, not weights.
@@ -339,14 +374,35 @@ def read_weights_h5(source, where=None, prefix=""):
     return tensors
 
 
+def _unpacked(archive, info, path):
+    """A compressed member of a `.keras` zip unpacked, streamed, into an anonymous temporary
+    file (not memory), refused past `MAX_INFLATION` times its compressed size."""
+    limit = _inflation_limit(info.compress_size)
+    if info.file_size > limit:
+        raise ValueError(
+            f"{path}: member {info.filename!r} declares {info.file_size} bytes unpacked from "
+            f"{info.compress_size}; refusing it (weights compress at most {MAX_INFLATION} times)."
+        )
+    out = tempfile.TemporaryFile()
+    with archive.open(info) as member:
+        shutil.copyfileobj(member, out, 2**20)
+    out.seek(0)
+    return out
+
+
 def read_keras(path):
     """A `.keras` file, without Keras: the variables of its `model.weights.h5` and its
-    `config.json` (meta "config")."""
-    archive = zipfile.ZipFile(path)
-    config = json.loads(archive.read("config.json"))
-    info = archive.getinfo("model.weights.h5")
-    # h5py needs a seekable file: a stored member is read in place, a compressed one in memory.
-    member = archive.open(info) if info.compress_type == zipfile.ZIP_STORED else io.BytesIO(archive.read(info))
+    `config.json` (meta "config"). A damaged zip (CRC, truncation) is refused in one line."""
+    try:
+        archive = zipfile.ZipFile(path)
+        config = json.loads(archive.read("config.json"))
+        info = archive.getinfo("model.weights.h5")
+        # h5py needs a seekable file: a stored member is read in place, a compressed one unpacked.
+        member = archive.open(info) if info.compress_type == zipfile.ZIP_STORED else _unpacked(archive, info, path)
+    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError, json.JSONDecodeError, KeyError) as error:
+        raise ValueError(f"{path}: a damaged .keras file ({error}); get a fresh copy.") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: its config.json holds a {type(config).__name__}, not a JSON object.")
     tensors = read_weights_h5(member, where=path)
     return RawCheckpoint(path, "keras", tensors, {"config": config})
 
@@ -354,12 +410,25 @@ def read_keras(path):
 # ------------------------------------------------------------------ folders
 
 
+def regular_file(path):
+    """`path`, or a ValueError unless it is a regular file (a symlink to one counts): a FIFO
+    or device named like a checkpoint's file would block or never end when read."""
+    if not os.path.isfile(path):
+        kind = "missing" if not os.path.lexists(path) else "not a regular file (a folder, FIFO or device)"
+        raise ValueError(f"{path} is {kind}; refusing to read it as part of a checkpoint.")
+    return path
+
+
 def read_json(path):
+    """The JSON object (a dict) in the regular file at `path`, or a one-line ValueError."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        with open(regular_file(path), encoding="utf-8") as f:
+            data = json.load(f)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path}: not a valid JSON file ({error}).") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object ({{...}}), found a {type(data).__name__}.")
+    return data
 
 
 def _sibling_config(path):
@@ -367,7 +436,7 @@ def _sibling_config(path):
     config = os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
     if os.path.isfile(config):
         data = read_json(config)
-        if isinstance(data, dict) and "model_type" in data:
+        if "model_type" in data:
             return {"config": data}
     return {}
 
@@ -414,12 +483,12 @@ def read_folder(folder):
     meta = {"files": names}
     if "config.json" in names:
         meta["config"] = read_json(os.path.join(folder, "config.json"))
-    files = _folder_weight_files(folder)
+    files = folder_weight_files(folder)
     if files[0] in HF_WEIGHT_FILES:
         tensors = _read_hf_weights(folder, files[0])
         container = "safetensors" if "safetensors" in files[0] else "torch"
     else:
         tensors, container = {}, "keras_h5"
         for name in files:
-            tensors.update(read_weights_h5(os.path.join(folder, name), prefix=name + "/"))
+            tensors.update(read_weights_h5(regular_file(os.path.join(folder, name)), prefix=name + "/"))
     return RawCheckpoint(folder, container, tensors, meta)

@@ -3,12 +3,13 @@
 Converting between files that do not need a model (npz, timm, Hugging Face) imports no
 Keras; writing a Keras file, or exporting a model, does."""
 
+import math
 import os
 
 import numpy as np
 
-from keras_vit.files import check_target
-from keras_vit.weights import formats, variables
+from keras_vit.files import check_space, check_target, one_line_errors
+from keras_vit.weights import containers, formats, variables
 from keras_vit.weights.canonical import Checkpoint
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.reading import weights_checkpoint
@@ -54,8 +55,8 @@ def export(model, path, format="npz", overwrite=False):
     - any other name of `keras_vit.weights.formats.export_names()`.
     """
     fmt = formats.by_option(format)
-    check_target(path, overwrite=overwrite, folder=fmt.folder)
-    fmt.write(os.fspath(path), model_checkpoint(model))
+    check_output(path, fmt, overwrite)
+    _write(fmt, os.fspath(path), model_checkpoint(model))
 
 
 def convert_checkpoint(src, dst, format=None, num_heads=None, overwrite=False):
@@ -65,5 +66,28 @@ def convert_checkpoint(src, dst, format=None, num_heads=None, overwrite=False):
     when the standard variant's count would be wrong."""
     dst = os.fspath(dst)
     fmt = formats.by_option(format) if format else formats.for_output(dst)
-    check_target(dst, overwrite=overwrite, folder=fmt.folder)
-    fmt.write(dst, weights_checkpoint(src, num_heads=num_heads))
+    source = (os.fspath(src),) if isinstance(src, (str, os.PathLike)) and os.path.exists(src) else ()
+    check_output(dst, fmt, overwrite, inputs=source)
+    _write(fmt, dst, weights_checkpoint(src, num_heads=num_heads))
+
+
+def check_output(path, fmt, overwrite=False, inputs=()):
+    """Raises OSError (one line) unless `fmt` may be written at `path` (`files.check_target`:
+    never over `inputs` or a folder holding them), nor into a checkpoint folder under a name
+    it reads: that would change what the folder is read as."""
+    check_target(path, overwrite=overwrite, folder=fmt.folder, inputs=inputs)
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    if containers.reads_name(name) and os.path.isdir(folder) and containers.folder_weight_files(folder):
+        raise FileExistsError(
+            f"{folder} holds a checkpoint, which reads {name!r}; refusing to write it there (it would "
+            "change what the folder is read as): choose an output outside that folder."
+        )
+
+
+def _write(fmt, path, ckpt):
+    """Writes the canonical `ckpt` as `fmt`, after checking its shapes (no impossible file) and
+    that the disk has room for it (float32); a failed write's error is one line."""
+    ckpt.check()
+    check_space(path, sum(4 * math.prod(t.shape) for t in ckpt.tensors.values()))
+    with one_line_errors(path):
+        fmt.write(path, ckpt)

@@ -7,7 +7,7 @@ import os
 
 from keras_vit.variants import VARIANTS
 from keras_vit.weights import containers, formats, registry
-from keras_vit.weights.canonical import Checkpoint, Metadata, guess_num_heads
+from keras_vit.weights.canonical import Checkpoint, Metadata, check_heads, check_metadata, guess_num_heads
 
 CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5", ".keras", ".json")
 
@@ -36,11 +36,16 @@ def read_checkpoint(path, num_heads=None):
         )
     tensors = fmt.prepare(raw) if fmt.prepare else dict(raw.tensors)
     meta = fmt.metadata(raw, tensors) if fmt.metadata else Metadata()
-    heads = meta.num_heads or num_heads or guess_num_heads(_width(fmt, tensors, raw.path))
+    check_metadata(meta, raw.path)
+    width = _width(fmt, tensors, raw.path)
+    heads = meta.num_heads or num_heads or guess_num_heads(width)
+    check_heads(heads, width, raw.path)
     tensors = fmt.to_canonical(tensors, heads, what=f"checkpoint {raw.path}")
-    return Checkpoint(
+    ckpt = Checkpoint(
         raw.path, fmt.name, tensors, meta.approximate_gelu, heads, meta.grid, meta.layer_norm_epsilon, meta.pooling
     )
+    ckpt.check()
+    return ckpt
 
 
 def resolve(source, config=None):

@@ -155,7 +155,7 @@ def test_export_never_replaces_the_keras_file(model_file, tmp_path, capsys, monk
         fails(["export", model_file, "--format", "saved_model", "--output", other, *extra], capsys,
               f"{other} is a file; refusing to replace it by a folder")
         fails(["export", model_file, "--format", "onnx", "--output", model_file, "--no-verify", *extra], capsys,
-              f"{model_file} is the model being exported")
+              f"{model_file} is or holds the input")
     fails(["export", model_file, "--format", "onnx", "--output", other, "--no-verify"], capsys, f"{other} already exists")
     assert model_file.read_bytes() == before and other.read_bytes() == before
 
@@ -226,7 +226,7 @@ def test_written_files_get_normal_permissions(npz, tmp_path, umask_022):
     assert modes == {**{k: oct(0o644) for k in expected_files}, "hf": oct(0o755), "g": oct(0o755)}
 
 
-def test_earlier_onnx_export_is_recognised(model_file, tmp_path):
+def test_only_an_earlier_keras_vit_onnx_export_is_recognised(model_file, tmp_path):
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
@@ -236,6 +236,8 @@ def test_earlier_onnx_export_is_recognised(model_file, tmp_path):
     )
     onnx.save(helper.make_model(graph), tmp_path / "m.onnx")
     (tmp_path / "notes.onnx").write_text("not a model")
+    assert not export_lib.is_export("onnx", tmp_path / "m.onnx")  # a valid ONNX file, but not ours
+    export_lib._mark("onnx", str(tmp_path / "m.onnx"))
     assert export_lib.is_export("onnx", tmp_path / "m.onnx")
     assert not export_lib.is_export("onnx", tmp_path / "notes.onnx")
     assert not export_lib.is_export("onnx", model_file)

@@ -1,6 +1,6 @@
 """Rows and clean-ups shared by several formats: the PyTorch layouts' common rows (timm and
 Hugging Face differ only in names and in their q/k/v projections), and the zero class-token
-row that position embeddings stored without one get."""
+row that position embeddings stored without one get, and the checks of a config's sizes."""
 
 import numpy as np
 
@@ -43,3 +43,17 @@ def with_class_row(posemb):
     """A `(1, N, D)` position embedding with a zero class-token row put first."""
     zeros = np.zeros((1, 1, posemb.shape[-1]), posemb.dtype)
     return concat([LazyArray.wrap(zeros, "class-token row"), posemb], axis=1, source=posemb.source)
+
+
+def config_pair(value, what, path, length=2):
+    """A config's size `value` (a whole number, or a list of 2 to `length` of them: KerasHub's
+    `image_shape` has 3) as a tuple of its first two, each >= 1; else a one-line ValueError."""
+    values = [value] * 2 if isinstance(value, int) and not isinstance(value, bool) else value
+    if (
+        not isinstance(values, (list, tuple))
+        or len(values) < 2
+        or len(values) > length
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values[:2])
+    ):
+        raise ValueError(f"{path}: its config's {what}={value!r}; expected a whole number >= 1 or a list of them.")
+    return tuple(values[:2])

@@ -15,7 +15,7 @@ from keras_vit.files import atomic_path, write_json
 from keras_vit.weights import containers
 from keras_vit.weights.canonical import ATTN, QKV, Metadata
 from keras_vit.weights.formats.base import Format
-from keras_vit.weights.formats.common import torch_rows
+from keras_vit.weights.formats.common import config_pair, torch_rows
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.table import Row, Table, Template
 from keras_vit.weights.transforms import heads_to_linear_and_bias, linear_and_bias_to_heads
@@ -102,9 +102,9 @@ def metadata(raw, tensors):
     config = _config(raw)
     grid = None
     if "image_size" in config and "patch_size" in config:
-        size = config["image_size"]
-        size = size if isinstance(size, (list, tuple)) else (size, size)
-        grid = tuple(s // config["patch_size"] for s in size)
+        size = config_pair(config["image_size"], "image_size", raw.path)
+        patch = config_pair(config["patch_size"], "patch_size", raw.path)
+        grid = tuple(s // p for s, p in zip(size, patch))
     return Metadata(
         approximate_gelu=_gelu(config),
         num_heads=config.get("num_attention_heads"),

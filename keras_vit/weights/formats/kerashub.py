@@ -27,6 +27,7 @@ from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import containers
 from keras_vit.weights.canonical import ATTN, BLOCK, MLP, POSEMB, QKV, Metadata
 from keras_vit.weights.formats.base import Format
+from keras_vit.weights.formats.common import config_pair
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.table import Row, Table, pairs
 
@@ -89,15 +90,24 @@ def detect(raw):
     )
 
 
+def _object(value, what, path):
+    """`value` if it is a JSON object (a dict), else a one-line ValueError naming `what`."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: {what} is a {type(value).__name__}, not a JSON object ({{...}}).")
+    return value
+
+
 def _configs(raw):
-    """`(backbone config, task config)` of what `raw` records (empty dicts where nothing)."""
-    config = raw.meta.get("config") or {}
+    """`(backbone config, task config)` of what `raw` records (empty dicts where nothing),
+    each checked to be a JSON object."""
+    config = _object(raw.meta.get("config") or {}, "config.json", raw.path)
     task = {}
-    if os.path.isfile(os.path.join(raw.path, "task.json")):  # a preset folder's
+    if os.path.lexists(os.path.join(raw.path, "task.json")):  # a preset folder's
         task = containers.read_json(os.path.join(raw.path, "task.json"))
     if config.get("registered_name") == CLASSIFIER:  # a classifier's `.keras` file
-        config, task = config["config"].get("backbone") or {}, config
-    return config.get("config", {}), task.get("config", {})
+        config, task = _object(config.get("config"), "the classifier's config", raw.path).get("backbone") or {}, config
+    backbone = _object(_object(config, "the backbone's config", raw.path).get("config", {}), "the backbone's config", raw.path)
+    return backbone, _object(task.get("config", {}), "task.json's config", raw.path)
 
 
 def prepare(raw):
@@ -118,6 +128,11 @@ def prepare(raw):
             "tokens, class token included); keras_vit's head reads the class token (pooling='token')."
         )
     tensors = {_strip(key, os.path.isdir(raw.path)): value for key, value in raw.tensors.items()}
+    classes = task.get("num_classes")
+    head = tensors.get("predictions/vars/0")
+    if classes is not None and (head is None or head.shape[-1:] != (classes,)):
+        found = "no head weights (task.weights.h5 missing)" if head is None else f"a head of shape {head.shape}"
+        raise ValueError(f"{raw.path}: task.json declares a classifier of {classes!r} classes, but the preset has {found}.")
     for flag, layers in _BIASES.items():
         if backbone.get(flag) is False:
             kernels = [k for k in tensors if k.endswith("/vars/0") and any(layer in k for layer in layers)]
@@ -132,9 +147,9 @@ def metadata(raw, tensors):
     backbone, _ = _configs(raw)
     grid = None
     if "image_shape" in backbone and "patch_size" in backbone:
-        patch = backbone["patch_size"]
-        patch = patch if isinstance(patch, (list, tuple)) else (patch, patch)
-        grid = tuple(s // p for s, p in zip(backbone["image_shape"][:2], patch))
+        patch = config_pair(backbone["patch_size"], "patch_size", raw.path)
+        image = config_pair(backbone["image_shape"], "image_shape", raw.path, length=3)
+        grid = tuple(s // p for s, p in zip(image, patch))
     return Metadata(
         approximate_gelu=False,
         num_heads=backbone.get("num_heads"),
