@@ -15,7 +15,7 @@ import time
 import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.training import checkpointing, distribution, masked_patch, pipeline, precision, trainer
+from keras_vit.training import checkpointing, distribution, hosts, masked_patch, pipeline, precision, trainer
 from keras_vit.training.recipes import TrainConfig, recipe
 
 OBJECTIVE = ("mask_rate", "mask_split", "mask_target", "color_bits")
@@ -81,7 +81,7 @@ def pretrain(config=None, *, data=None, callbacks=(), resume=True, **overrides):
     trainer._seed_everything(config)
     if keras.backend.backend() == "torch":
         trainer._torch_cpu_threads()
-    plan = distribution.plan(config.strategy, config.model_parallel_size)
+    plan = distribution.plan(config.strategy, config.model_parallel_size, config.host_timeout)
     precision.apply_precision(config.precision)
     try:
         with plan.scope():
@@ -110,6 +110,8 @@ def _run(config, plan, data, extra_callbacks, resume, started):
         monitor=config.monitor,
         fingerprint=_fingerprint(config, source),
         write=plan.is_chief,
+        saving=plan.saving,
+        allgather=plan.allgather,
     )
     state.tidy()  # what a run killed while saving left behind
     start = state.restore(model) if resume else 0
@@ -127,14 +129,14 @@ def _run(config, plan, data, extra_callbacks, resume, started):
     )
     val_ds = masked_patch.corrupt_batches(
         pipeline.eval_dataset(source, config.image_size, batch, crop_fraction=config.eval_crop,
-                              pad_to_multiple=plan.pad_multiple, on_corrupt=config.on_corrupt),
+                              pad_to_multiple=plan.pad_multiple, part=plan.part, on_corrupt=config.on_corrupt),
         patch, salt=1, **corrupt,
     )
 
     def train_stream(start_step):
         images = pipeline.train_dataset(
             source, trainer._augmentation(config), batch, seed=config.seed, start=start_step * batch,
-            shuffle_buffer=config.shuffle_buffer, shard=plan.shard, deterministic=config.deterministic,
+            shuffle_buffer=config.shuffle_buffer, shard=plan.shard, part=plan.part, deterministic=config.deterministic,
             on_corrupt=config.on_corrupt,
         )
         return masked_patch.corrupt_batches(images, patch, salt=0, start=start_step, **corrupt)
@@ -142,11 +144,13 @@ def _run(config, plan, data, extra_callbacks, resume, started):
     callbacks = trainer._callbacks(config, plan, state, extra_callbacks)
     if start and plan.is_chief:
         print(f"Resuming {config.run_dir} at step {start}/{steps_per_epoch * epochs}.")
-    history = trainer._fit(model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks,
-                           config.verbose if plan.is_chief else 0)
+    with hosts.watching(config.run_dir, plan, config.host_timeout, state) as watch:
+        history = trainer._fit(model, train_stream, val_ds, state, steps_per_epoch, epochs, [*callbacks, watch],
+                               config.verbose if plan.is_chief else 0)
     encoder_path = os.path.join(config.run_dir, "encoder.keras")
-    if plan.is_chief:
-        checkpointing.save_model_atomic(encoder, encoder_path)
+    with plan.saving(model):
+        if plan.is_chief:
+            checkpointing.save_model_atomic(encoder, encoder_path)
     results = model.evaluate(val_ds, verbose=0, return_dict=True)
     return PretrainResult(
         encoder=encoder,

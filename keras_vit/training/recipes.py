@@ -88,6 +88,7 @@ RANGES = {
     "val_fraction": "(0, 1)",
     "eval_crop": "(0, 1]",
     "randaugment_factor": "[0, 1]",
+    "host_timeout": "[1, 86400]",
 }
 
 
@@ -168,6 +169,7 @@ class TrainConfig:
     precision: str = "auto"
     strategy: str = "auto"
     model_parallel_size: int = 2
+    host_timeout: float = 300.0
     jit_compile: Union[bool, str] = "auto"
     # outputs
     output_dir: Optional[str] = None
@@ -449,6 +451,7 @@ FIELD_HELP = {
     "precision": "auto, float32 (exact), tf32 (float32 with TF32 matmuls on GPUs), mixed_bfloat16 or mixed_float16",
     "strategy": "auto, none, mirrored / tpu / multi_worker (tensorflow), data_parallel / model_parallel (jax), torch_ddp (torch)",
     "model_parallel_size": "devices per model replica with strategy model_parallel",
+    "host_timeout": "multi-host runs: seconds after which a silent host counts as lost and every other one exits",
     "jit_compile": "auto, true or false",
     "output_dir": "run directory (default runs/RECIPE): checkpoints, best/final models, logs",
     "checkpoint_every": "also save the training state every N steps (0: at epoch ends only)",

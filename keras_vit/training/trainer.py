@@ -12,7 +12,7 @@ import warnings
 import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.training import checkpointing, distribution, layer_decay, optim, pipeline, precision
+from keras_vit.training import checkpointing, distribution, hosts, layer_decay, optim, pipeline, precision
 from keras_vit.training.data import load_source
 from keras_vit.training.heads import logits_model
 from keras_vit.training.recipes import TrainConfig, recipe
@@ -42,6 +42,7 @@ class TrainResult:
     seconds: float
     precision: str
     strategy: str
+    is_chief: bool = True  # this process wrote the files (the others of a multi-process run did not)
 
 
 def build_model(config, num_classes):
@@ -68,10 +69,11 @@ def build_model(config, num_classes):
 def loss_and_metrics(num_classes, one_hot, from_logits, label_smoothing):
     k = min(5, num_classes)
     if one_hot:
-        loss = keras.losses.CategoricalCrossentropy(from_logits=from_logits, label_smoothing=label_smoothing)
+        loss = keras.losses.CategoricalCrossentropy(from_logits=from_logits, label_smoothing=label_smoothing,
+                                                    reduction="mean_with_sample_weight")
         metrics = [keras.metrics.CategoricalAccuracy(name="accuracy"), keras.metrics.TopKCategoricalAccuracy(k, name="top5")]
     else:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits, reduction="mean_with_sample_weight")
         metrics = [
             keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
             keras.metrics.SparseTopKCategoricalAccuracy(k, name="top5"),
@@ -172,7 +174,7 @@ def train(config=None, *, model=None, data=None, callbacks=(), resume=True, **ov
     _seed_everything(config)
     if keras.backend.backend() == "torch":
         _torch_cpu_threads()
-    plan = distribution.plan(config.strategy, config.model_parallel_size)
+    plan = distribution.plan(config.strategy, config.model_parallel_size, config.host_timeout)
     policy = precision.apply_precision(config.precision)
     try:
         with plan.scope():
@@ -220,6 +222,8 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
         monitor=config.monitor,
         fingerprint=_fingerprint(config, source),
         write=plan.is_chief,
+        saving=plan.saving,
+        allgather=plan.allgather,
     )
     state.tidy()  # what a run killed while saving left behind
     start = state.restore(train_model) if resume else 0
@@ -231,13 +235,13 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
 
     val_ds = pipeline.eval_dataset(
         source, config.image_size, batch, one_hot=one_hot, crop_fraction=config.eval_crop,
-        pad_to_multiple=plan.pad_multiple, on_corrupt=config.on_corrupt,
+        pad_to_multiple=plan.pad_multiple, part=plan.part, on_corrupt=config.on_corrupt,
     )
 
     def train_stream(start_step):
         return pipeline.train_dataset(
             source, augmentation, batch, one_hot=one_hot, seed=config.seed, start=start_step * batch,
-            shuffle_buffer=config.shuffle_buffer, shard=plan.shard, deterministic=config.deterministic,
+            shuffle_buffer=config.shuffle_buffer, shard=plan.shard, part=plan.part, deterministic=config.deterministic,
             on_corrupt=config.on_corrupt,
         )
 
@@ -245,8 +249,9 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
     if start and plan.is_chief:
         print(f"Resuming {config.run_dir} at step {start}/{steps_per_epoch * epochs} "
               f"(epoch {start // steps_per_epoch + 1}).")
-    history = _fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks,
-                   fit_verbosity(config.verbose) if plan.is_chief else 0)
+    with hosts.watching(config.run_dir, plan, config.host_timeout, state) as watch:
+        history = _fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, [*callbacks, watch],
+                       fit_verbosity(config.verbose) if plan.is_chief else 0)
     return _finish(config, plan, policy, model, train_model, state, val_ds, history, start, started)
 
 
@@ -273,7 +278,8 @@ def _compile(config, model, num_classes, one_hot, total_steps):
     """Compiles the logits model of `model` with the recipe's optimizer, schedule and loss."""
     train_model, from_logits = logits_model(model)
     loss, metrics = loss_and_metrics(num_classes, one_hot, from_logits, config.label_smoothing)
-    train_model.compile(optimizer=make_optimizer(config, total_steps, model), loss=loss, metrics=metrics, jit_compile=config.jit_compile)
+    train_model.compile(optimizer=make_optimizer(config, total_steps, model), loss=loss, weighted_metrics=metrics,
+                        jit_compile=config.jit_compile)  # weighted: padding of evaluation batches is not counted
     train_model.optimizer.build(train_model.trainable_variables)
     return train_model
 
@@ -324,13 +330,14 @@ def _fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, call
 
 def _finish(config, plan, policy, model, train_model, state, val_ds, history, start, started):
     final_path = os.path.join(config.run_dir, "final.keras")
-    if plan.is_chief:
-        checkpointing.save_model_atomic(model, final_path)
+    with plan.saving(train_model):
+        if plan.is_chief:
+            checkpointing.save_model_atomic(model, final_path)
     if plan.name == "torch_ddp":
         from keras_vit.training import torch_ddp
 
         torch_ddp.barrier()
-    if os.path.exists(state.best_path):
+    if state.best is not None:  # the same on every process (load_weights is a collective on a mesh)
         model.load_weights(state.best_path)
     results = train_model.evaluate(val_ds, verbose=0, return_dict=True)
     return TrainResult(
@@ -348,4 +355,5 @@ def _finish(config, plan, policy, model, train_model, state, val_ds, history, st
         seconds=time.time() - started,
         precision=policy,
         strategy=plan.name,
+        is_chief=plan.is_chief,
     )
