@@ -66,22 +66,22 @@ class Watch(keras.callbacks.Callback):
         self.state = state
         self.allgather = allgather
         self.beats = 0
-        self.status = "running"
         self.terminated_at = None
         self._stop = threading.Event()
         self._thread = None
         self._previous_handler = self._previous_wakeup = None
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_write, False)
+        os.set_inheritable(self._wake_read, False)
 
     # -- heartbeats -------------------------------------------------------------------
     def _path(self, index):
         return os.path.join(self.folder, f"host-{index}.json")
 
-    def _beat(self):
+    def _beat(self, status="running", why=""):
         self.beats += 1
         _write(self._path(self.index), {"index": self.index, "host": socket.gethostname(), "pid": os.getpid(),
-                                        "beat": self.beats, "status": self.status})
+                                        "beat": self.beats, "status": status, "why": why})
 
     def _resume_hint(self):
         good = None if self.state is None else self.state.good_path
@@ -89,7 +89,10 @@ class Watch(keras.callbacks.Callback):
             return "no step checkpoint had been saved yet (a rerun starts over)"
         return f"the last good state is step {self.state.good_step} ({good}); rerun the same command on every host to resume"
 
-    def _exit(self, code, what):
+    def _exit(self, code, what, status="exited"):
+        """One line, a last heartbeat saying why (the peers then stop too), and exit now."""
+        if self.count > 1:
+            self._beat(status, what)
         print(f"keras-vit: {what}; host {self.index} of {self.count} stops: {self._resume_hint()}.",
               file=sys.stderr, flush=True)
         os._exit(code)
@@ -107,25 +110,49 @@ class Watch(keras.callbacks.Callback):
                 return
             now = time.monotonic()
             if self.terminated_at is not None and self.count > 1:  # a save needs every peer
-                self.status = "was stopped by SIGTERM"
-                self._beat()
-                self._exit(EXIT_TERMINATED, "stopped by SIGTERM before a save all hosts could join")
+                self._exit(EXIT_TERMINATED, "stopped by SIGTERM before a save all hosts could join", "terminated")
             if self.terminated_at is not None and now - self.terminated_at > self.timeout:
                 self._exit(EXIT_TERMINATED, f"stopped by SIGTERM (no clean stop within {self.timeout:g} s)")
             if self.count > 1:
                 self._beat()
-            for peer, (last, since) in list(seen.items()):
-                report = _read(self._path(peer)) or {}
-                name = f"host {peer} ({report.get('host', '?')}, pid {report.get('pid', '?')})"
-                if report.get("status") == "finished":
-                    del seen[peer]
-                elif report.get("status") not in (None, "running"):
-                    self._exit(EXIT_HOST_LOST, f"{name} {report['status']}")
-                elif report.get("beat") != last:
-                    seen[peer] = (report.get("beat"), now)
-                elif now - since > self.timeout:
-                    what = "never started" if last is None else f"sent no heartbeat for {now - since:.0f} s (lost)"
-                    self._exit(EXIT_HOST_LOST, f"{name} {what}")
+            lost = self._lost_peer(seen, now)
+            if lost:
+                self._exit(EXIT_HOST_LOST, lost[1])
+
+    def _lost_peer(self, seen, now):
+        """Updates `seen` ({peer: (last beat, since)}) from the peers' heartbeats; `(status,
+        line)` of the first peer that stopped ("failed", "exited", "terminated") or fell
+        silent ("lost"), else None."""
+        for peer, (last, since) in list(seen.items()):
+            report = _read(self._path(peer)) or {}
+            name = f"host {peer} ({report.get('host', '?')}, pid {report.get('pid', '?')})"
+            status = report.get("status")
+            if status == "finished":
+                del seen[peer]
+            elif status not in (None, "running"):
+                return status, f"{name} {status}: {report.get('why', '')}"
+            elif report.get("beat") != last:
+                seen[peer] = (report.get("beat"), now)
+            elif now - since > self.timeout:
+                return "lost", f"{name} {'never started' if last is None else f'sent no heartbeat for {now - since:.0f} s (lost)'}"
+        return None
+
+    def fail(self, line, code):
+        """This process failed with `line` (several processes): tells the peers, then exits
+        with one line, naming the cause where a peer was lost or stopped (the collective a
+        peer leaves fails on the others, or waits for it)."""
+        self.stop("failed", line)
+        started = time.monotonic()
+        seen = {peer: (None, started) for peer in range(self.count) if peer != self.index}
+        while seen and time.monotonic() - started <= self.timeout + 1:
+            lost = self._lost_peer(seen, time.monotonic())
+            if lost and lost[0] in ("lost", "terminated"):
+                self._exit(EXIT_HOST_LOST, f"{lost[1]} (here: {line})", "failed")
+            if lost:  # the peers know and stop: this process's own error is the news
+                break
+            time.sleep(min(1.0, self.timeout / 10))
+        print(f"keras-vit: host {self.index} of {self.count} failed: {line}", file=sys.stderr, flush=True)
+        os._exit(code)
 
     # -- shared folder ----------------------------------------------------------------
     def _check_shared(self):
@@ -158,19 +185,22 @@ class Watch(keras.callbacks.Callback):
         self._thread = threading.Thread(target=self._run, name="keras-vit-hosts", daemon=True)
         self._thread.start()
 
-    def stop(self, status):
+    def stop(self, status="finished", why=""):
         self._stop.set()
-        os.write(self._wake_write, b"\0")
         if self._thread is not None:
+            os.write(self._wake_write, b"\0")
             self._thread.join()
-        self.status = status
-        if self.count > 1:
-            self._beat()
+            self._thread = None
+            if self.count > 1:
+                self._beat(status, why)
         if self._previous_handler is not None:
             signal.set_wakeup_fd(self._previous_wakeup)
             signal.signal(signal.SIGTERM, self._previous_handler)
-        os.close(self._wake_read)
-        os.close(self._wake_write)
+            self._previous_handler = None
+        if self._wake_read is not None:
+            os.close(self._wake_read)
+            os.close(self._wake_write)
+            self._wake_read = self._wake_write = None
 
     def _on_sigterm(self, signum, frame):
         if self.terminated_at is None:
@@ -194,9 +224,8 @@ def watching(run_dir, plan, timeout, state=None):
         yield watch
     except BaseException as error:
         line = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        watch.stop(f"failed ({line})")
         if plan.processes > 1:  # exiting normally would wait for the peers at the backend's shutdown
-            print(f"keras-vit: host {plan.process_index} of {plan.processes} failed: {line}", file=sys.stderr, flush=True)
-            os._exit(2 if isinstance(error, ValueError) else 1)
+            watch.fail(line, 2 if isinstance(error, ValueError) else 1)
+        watch.stop("failed", line)
         raise
-    watch.stop("finished")
+    watch.stop()
