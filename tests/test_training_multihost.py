@@ -168,3 +168,36 @@ def test_padding_of_validation_batches_is_not_counted_by_the_compiled_metrics():
     assert padded["accuracy"] == pytest.approx(plain["accuracy"], abs=1e-6)
     assert padded["top5"] == pytest.approx(plain["top5"], abs=1e-6)
     assert padded["loss"] == pytest.approx(plain["loss"], rel=0.02)
+
+
+WATCHED = """
+import os, sys, threading
+from types import SimpleNamespace
+from keras_vit.training import hosts
+run_dir, count = sys.argv[1], int(sys.argv[2])
+plan = SimpleNamespace(process_index=0, processes=count, allgather=None)
+with hosts.watching(run_dir, plan, timeout=float(sys.argv[3])):
+    print("watching", flush=True)
+    os.read(os.pipe()[0], 1)  # blocked for good, as in a collective whose peer is gone
+"""
+
+
+@pytest.mark.parametrize("count, code, line", [
+    (1, hosts.EXIT_TERMINATED, "stopped by SIGTERM (no clean stop within 3 s)"),
+    (2, hosts.EXIT_TERMINATED, "stopped by SIGTERM before a save all hosts could join"),
+])
+def test_sigterm_ends_a_stuck_process_in_bounded_time_with_one_line(tmp_path, count, code, line):
+    env = {**os.environ, "KERAS_BACKEND": BACKEND}
+    proc = subprocess.Popen([sys.executable, "-c", WATCHED, str(tmp_path), str(count), "3" if count == 1 else "60"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "watching\n"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == code
+    assert [x for x in err.splitlines() if x.startswith("keras-vit:")] == [
+        f"keras-vit: {line}; host 0 of {count} stops: no step checkpoint had been saved yet (a rerun starts over)."]
+    if count > 1:  # the peers learn it from the heartbeat and stop too
+        assert json.loads((tmp_path / "hosts" / "host-0.json").read_text())["status"] == "terminated"

@@ -15,7 +15,7 @@
 -> "torch_ddp" (PyTorch); else "none". A JAX multi-host job is joined (`jax.distributed`)
 when `KERAS_DISTRIBUTION_JOB_ADDRESSES` (coordinator first; with `_NUM_PROCESSES`,
 `_PROCESS_ID`) or `JAX_COORDINATOR_ADDRESS` (with `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`) is
-set, or on a Cloud TPU VM slice when `strategy` asks for a JAX distribution.
+set, or in a Slurm step of several tasks (`SLURM_NTASKS > 1`, which JAX reads itself).
 
 On several JAX processes each one reads and augments only its part of every global batch
 (`Plan.part`), and the run state is saved by all processes together (`Plan.saving`): those
@@ -138,6 +138,10 @@ def _jax_multi_host(heartbeat_seconds):
 
     if jax.distributed.is_initialized():
         return
+    heartbeat = max(10, int(heartbeat_seconds) * 2)  # longer than the watch of `hosts`, which says more
+    if int(os.environ.get("SLURM_NTASKS", "1")) > 1 and not any(os.environ.get(names[0]) for names in JAX_LAUNCH):
+        jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat)  # JAX reads Slurm's variables
+        return
     for names in JAX_LAUNCH:
         address, count, index = (os.environ.get(name) for name in names)
         if not address:
@@ -151,9 +155,7 @@ def _jax_multi_host(heartbeat_seconds):
             raise ValueError(f"{names[1]}={count!r} and {names[2]}={index!r} must be whole numbers.") from None
         if not 0 <= index < count:
             raise ValueError(f"{names[2]}={index} must be in [0, {names[1]}={count}).")
-        jax.distributed.initialize(
-            address.split(",")[0], count, index, heartbeat_timeout_seconds=max(10, int(heartbeat_seconds) * 2)
-        )
+        jax.distributed.initialize(address.split(",")[0], count, index, heartbeat_timeout_seconds=heartbeat)
         return
 
 
