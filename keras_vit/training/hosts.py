@@ -207,7 +207,7 @@ class Watch(keras.callbacks.Callback):
             self.terminated_at = time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.terminated_at is None:
+        if self.terminated_at is None or self.count > 1:  # several: the thread stops this process
             return
         saved = self.state is not None and self.state.save_now()
         what = "state saved" if saved else "no state saved"
