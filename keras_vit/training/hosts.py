@@ -87,7 +87,8 @@ class Watch(keras.callbacks.Callback):
         good = None if self.state is None else self.state.good_path
         if good is None:
             return "no step checkpoint had been saved yet (a rerun starts over)"
-        return f"the last good state is step {self.state.good_step} ({good}); rerun the same command on every host to resume"
+        where = " on every host" if self.count > 1 else ""
+        return f"the last good state is step {self.state.good_step} ({good}); rerun the same command{where} to resume"
 
     def _exit(self, code, what, status="exited"):
         """One line, a last heartbeat saying why (the peers then stop too), and exit now."""
