@@ -16,6 +16,7 @@ removed when the next run starts (`RunState.tidy`).
 position in the input stream follow from it.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -27,6 +28,7 @@ import numpy as np
 from keras_vit.files import atomic_path, remove_stale, write_json
 
 STATE = "state.json"
+WEIGHTS_NAME = re.compile(r"step-(\d+)\.weights\.h5")
 
 
 class TrainingDiverged(FloatingPointError):
@@ -39,13 +41,34 @@ def save_model_atomic(model, path):
         model.save(tmp)
 
 
+class BadRunState(ValueError):
+    """`state.json` is not one this project wrote."""
+
+
 def read_state(directory):
-    """The saved run state in `directory` (a dict), or None if there is none."""
+    """The saved run state in `directory` (a dict), or None if there is none.
+
+    Its `weights` must be a plain `step-N.weights.h5` name (a file in `directory`, never a
+    path out of it) and `step` a count >= 0, else `BadRunState`.
+    """
     path = os.path.join(directory, STATE)
     if not os.path.exists(path):
         return None
-    with open(path) as handle:
-        return json.load(handle)
+    try:
+        with open(path) as handle:
+            state = json.load(handle)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise BadRunState(f"{path} is not valid JSON ({error}); move it away to start the run anew.") from None
+    weights = state.get("weights") if isinstance(state, dict) else None
+    step = state.get("step") if isinstance(state, dict) else None
+    if not (isinstance(weights, str) and WEIGHTS_NAME.fullmatch(weights)):
+        raise BadRunState(
+            f"{path} names weights {weights!r}; only a plain 'step-N.weights.h5' file in that folder is accepted "
+            "(it was not loaded and nothing was deleted)."
+        )
+    if not (isinstance(step, int) and step >= 0):
+        raise BadRunState(f"{path} has step {step!r}; expected a whole number >= 0.")
+    return state
 
 
 class StopOnNaN(keras.callbacks.Callback):
@@ -101,10 +124,13 @@ class RunState(keras.callbacks.Callback):
 
     A save is pending until a finite loss computed from its weights makes it the good state
     (see the module docstring). `write=False` (processes other than the chief) keeps count
-    but writes nothing.
+    but writes nothing; `saving(model)` is the context manager every process enters around
+    each save (`distribution.Plan.saving`); `allgather` (`Plan.allgather`, several processes)
+    makes `restore` check that all resume from the same step.
     """
 
-    def __init__(self, run_dir, inference_model, *, every_steps=0, monitor="val_accuracy", fingerprint=None, write=True):
+    def __init__(self, run_dir, inference_model, *, every_steps=0, monitor="val_accuracy", fingerprint=None, write=True,
+                 saving=lambda model: contextlib.nullcontext(), allgather=None):
         super().__init__()
         self.run_dir = run_dir
         self.directory = os.path.join(run_dir, "checkpoint")
@@ -114,6 +140,8 @@ class RunState(keras.callbacks.Callback):
         self.mode = "min" if "loss" in monitor else "max"
         self.fingerprint = fingerprint or {}
         self.write = write
+        self.saving = saving
+        self.allgather = allgather
         self.step = 0
         self.best = None
         self.best_epoch = None
@@ -141,12 +169,20 @@ class RunState(keras.callbacks.Callback):
         state = read_state(self.directory) or {}
         if os.path.isdir(self.directory):
             for name in os.listdir(self.directory):
-                if re.fullmatch(r"step-\d+\.weights\.h5", name) and name != state.get("weights"):
+                if WEIGHTS_NAME.fullmatch(name) and name != state.get("weights"):
                     os.remove(os.path.join(self.directory, name))
 
     def restore(self, model):
         """Loads the saved state into `model` (compiled); returns the step it continues from."""
         state = read_state(self.directory)
+        if self.allgather is not None:  # every process must resume from the same step
+            steps = self.allgather(-1 if state is None else state["step"])
+            if len(set(steps)) > 1:
+                seen = ", ".join(f"host {i}: {'none' if s < 0 else f'step {s}'}" for i, s in enumerate(steps))
+                raise ValueError(
+                    f"The hosts see different saved states in {self.run_dir} ({seen}): every host must use the same "
+                    "run folder on shared storage (separate run folders are not supported)."
+                )
         if state is None:
             return 0
         saved = state.get("fingerprint", {})
@@ -174,11 +210,21 @@ class RunState(keras.callbacks.Callback):
         if any(saved is not None and saved[0] == name for saved in (self.pending, self.good)):
             return
         self.discard_pending()
-        if self.write:
-            os.makedirs(self.directory, exist_ok=True)
-            with atomic_path(os.path.join(self.directory, name)) as tmp:
-                self.model.save_weights(tmp)
+        with self.saving(self.model):
+            if self.write:
+                os.makedirs(self.directory, exist_ok=True)
+                with atomic_path(os.path.join(self.directory, name)) as tmp:
+                    self.model.save_weights(tmp)
         self.pending = (name, self.step)
+
+    def save_now(self):
+        """Saves this step's state and makes it the one to resume from if every weight is
+        finite (a stop between checkpoints); returns whether it did."""
+        if not all(np.isfinite(keras.ops.convert_to_numpy(v)).all() for v in self.model.trainable_variables):
+            return False
+        self._save()
+        self._confirm()
+        return True
 
     def _confirm(self):
         """A finite loss came from the pending weights: they become the state to resume from."""
@@ -216,8 +262,9 @@ class RunState(keras.callbacks.Callback):
         val_loss = _number(logs.get("val_loss"))
         if _finite(val_loss) and self._improved(_number(logs.get(self.monitor))):
             self.best, self.best_epoch = _number(logs.get(self.monitor)), epoch + 1
-            if self.write:
-                save_model_atomic(self.inference_model, self.best_path)
+            with self.saving(self.model):
+                if self.write:
+                    save_model_atomic(self.inference_model, self.best_path)
         self._save()
         if val_loss is not None and math.isfinite(val_loss):  # computed from the weights just saved
             self._confirm()

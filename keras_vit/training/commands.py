@@ -29,7 +29,7 @@ def _train(args):
     except SettingsChanged as error:  # say it in command-line terms
         restart = "start a new run with another --output-dir (or --fresh to start this one over)"
         raise SettingsChanged(error.run_dir, error.changes, restart) from None
-    if os.environ.get("RANK", "0") != "0":  # torchrun: only rank 0 reports
+    if not result.is_chief:  # only the process that wrote the files reports them
         return 0
     epoch = f" (epoch {result.best_epoch})" if result.best_epoch else ""
     print(
@@ -53,7 +53,7 @@ def _pretrain(args):
     except TrainingDiverged as error:
         print(f"keras-vit pretrain: {error}", file=sys.stderr)
         return 3
-    if os.environ.get("RANK", "0") != "0":
+    if not result.is_chief:  # only the process that wrote the files reports them
         return 0
     print(
         f"\nMasked patch prediction: validation loss {result.val_loss:.4f}, accuracy on corrupted "

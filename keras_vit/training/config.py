@@ -160,6 +160,9 @@ class TrainConfig:
         "torch_ddp (torch)", group=SYSTEM, choices=tuple(dict.fromkeys(s for names in STRATEGIES.values() for s in names)))
     model_parallel_size: int = option(
         2, "devices per model replica with strategy model_parallel", group=SYSTEM, interval="[1, inf)")
+    host_timeout: float = option(
+        300.0, "multi-host runs: seconds after which a silent host counts as lost and every other one exits",
+        group=SYSTEM, interval="[1, 86400]")
     jit_compile: Union[bool, str] = option(
         "auto", "auto, true or false", group=SYSTEM, choices=("auto", True, False), metavar="auto|true|false")
 

@@ -22,7 +22,7 @@ import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.files import write_json
-from keras_vit.training import checkpointing, distribution, layer_decay, optim, pipeline, precision
+from keras_vit.training import checkpointing, distribution, hosts, layer_decay, optim, pipeline, precision
 from keras_vit.training.data import load_source
 from keras_vit.training.recipes import TrainConfig, check_recipe_command, recipe
 from keras_vit.variants import ARCHITECTURE_KEYS
@@ -85,8 +85,9 @@ class Run:
     def save(self, model, name):
         """Saves `model` as `name` in the run folder (the chief writes, every process waits); returns the path."""
         path = os.path.join(self.config.run_dir, name)
-        if self.plan.is_chief:
-            checkpointing.save_model_atomic(model, path)
+        with self.plan.saving(self.setup.train_model):  # every process takes part, the chief writes
+            if self.plan.is_chief:
+                checkpointing.save_model_atomic(model, path)
         if self.plan.name == "torch_ddp":
             from keras_vit.training import torch_ddp
 
@@ -136,7 +137,7 @@ def run(task, config=None, *, data=None, callbacks=(), resume=True, **overrides)
     seed_everything(config)
     if keras.backend.backend() == "torch":
         torch_cpu_threads()
-    plan = distribution.plan(config.strategy, config.model_parallel_size)
+    plan = distribution.plan(config.strategy, config.model_parallel_size, config.host_timeout)
     policy = precision.apply_precision(config.precision)
     try:
         with plan.scope():
@@ -164,6 +165,8 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
         monitor=config.monitor,
         fingerprint=json.loads(json.dumps(fingerprint)),  # as it reads back from state.json
         write=plan.is_chief,
+        saving=plan.saving,
+        allgather=plan.allgather,
     )
     state.tidy()  # what a run killed while saving left behind
     start = state.restore(train_model) if resume else 0
@@ -175,7 +178,7 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     val_ds = transform(
         pipeline.eval_dataset(
             source, config.image_size, batch, one_hot=setup.one_hot, crop_fraction=config.eval_crop,
-            pad_to_multiple=plan.pad_multiple, on_corrupt=config.on_corrupt,
+            pad_to_multiple=plan.pad_multiple, part=plan.part, on_corrupt=config.on_corrupt,
         ),
         1, 0,
     )
@@ -183,8 +186,8 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     def train_stream(start_step):
         batches = pipeline.train_dataset(
             source, augmentation, batch, one_hot=setup.one_hot, seed=config.seed, start=start_step * batch,
-            shuffle_buffer=config.shuffle_buffer, shard=plan.shard, deterministic=config.deterministic,
-            on_corrupt=config.on_corrupt,
+            shuffle_buffer=config.shuffle_buffer, shard=plan.shard, part=plan.part,
+            deterministic=config.deterministic, on_corrupt=config.on_corrupt,
         )
         return transform(batches, 0, start_step)
 
@@ -192,8 +195,9 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     if start and plan.is_chief:
         print(f"Resuming {config.run_dir} at step {start}/{steps_per_epoch * epochs} "
               f"(epoch {start // steps_per_epoch + 1}).")
-    history = fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks,
-                  fit_verbosity(config.verbose) if plan.is_chief else 0)
+    with hosts.watching(config.run_dir, plan, config.host_timeout, state) as watch:
+        history = fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, [*callbacks, watch],
+                      fit_verbosity(config.verbose) if plan.is_chief else 0)
     return task.finish(Run(config, plan, policy, setup, state, val_ds, history, start, started))
 
 

@@ -74,13 +74,17 @@ def train_dataset(
     start=0,
     shuffle_buffer=10_000,
     shard=(1, 0),
+    part=(1, 0),
     deterministic=False,
     on_corrupt="skip",
 ):
     """An endless stream of `(images, labels)` batches of `batch_size` for training.
 
-    `start` is the number of examples (of this shard) already consumed; `shard` is
-    `(num_shards, index)` for data parallelism over processes.
+    `start` is the number of examples this process has already consumed. Two ways to split
+    the work over processes: `shard=(num_shards, index)` gives each its own shard of the data;
+    `part=(parts, index)` keeps the one-process stream of global batches of `batch_size *
+    parts` examples and gives this process part `index` of each (the examples of the other
+    parts are skipped before they are decoded or augmented).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1.")
@@ -98,9 +102,13 @@ def train_dataset(
         tf.compat.v1.get_default_graph().seed = None
         return data.shuffle(buffer, seed=epoch * 1_000_003 + seed, reshuffle_each_iteration=False)
 
+    parts, part_index = part
+    start *= parts  # examples of the global stream
     first_epoch, offset = divmod(start, size)
     stream = tf.data.Dataset.range(first_epoch, 2**62).flat_map(one_pass).skip(offset)
     stream = stream.enumerate(start=start)
+    if parts > 1:
+        stream = stream.filter(lambda position, _: (position // batch_size) % parts == part_index)
     aug = augmentation
 
     def example(position, element):
@@ -140,13 +148,16 @@ def eval_dataset(
     crop_fraction=1.0,
     split="validation",
     pad_to_multiple=1,
+    part=(1, 0),
     on_corrupt="skip",
 ):
     """`(images, labels)` batches of a split in order, resized + centre-cropped.
 
-    With `pad_to_multiple > 1` every batch is padded to a multiple of it and the batches
-    become `(images, labels, sample_weight)` with weight 0 on the padding (for data
-    parallelism that needs equal shards; the metrics ignore the padding).
+    With `pad_to_multiple > 1` or `part` (as in `train_dataset`) every batch has exactly
+    `batch_size` examples (a static shape, as data parallelism over devices and processes
+    needs): the split is padded up to whole global batches of `batch_size * parts`, and the
+    batches become `(images, labels, sample_weight)` with weight 0 on the padding, which
+    weighted metrics and the loss then do not count.
     """
     data = source.validation if split == "validation" else source.train
     if data is None:
@@ -159,21 +170,24 @@ def eval_dataset(
         image, label = source.decode(*element) if source.decode else element
         return augment.eval_transform(image, image_size, crop_fraction), label
 
+    parts, part_index = part
+    if parts > 1:
+        data = data.enumerate().filter(lambda position, _: (position // batch_size) % parts == part_index)
+        data = data.map(lambda position, element: element)
     ds = data.map(example, num_parallel_calls=AUTOTUNE)
     if source.decode is not None and on_corrupt == "skip":
         ds = ds.ignore_errors()
-    ds = ds.batch(batch_size)
+    if parts > 1 or pad_to_multiple > 1:  # every process the same number of full batches
+        size = source.validation_size if split == "validation" else source.train_size
+        batches = -(-size // (batch_size * parts))
+        ds = ds.map(lambda image, label: (image, label, tf.constant(1.0)))
+        padding = tf.data.Dataset.from_tensors(tuple(tf.zeros(s.shape, s.dtype) for s in ds.element_spec))
+        ds = ds.concatenate(padding.repeat()).take(batches * batch_size).batch(batch_size, drop_remainder=True)
+    else:
+        ds = ds.batch(batch_size)
 
-    def finish(images, labels):
-        images, labels = augment.scale_to_unit(images), _labels(labels, num_classes, one_hot)
-        if pad_to_multiple <= 1:
-            return images, labels
-        count = tf.shape(images)[0]
-        pad = (-count) % pad_to_multiple
-        weights = tf.concat([tf.ones([count]), tf.zeros([pad])], axis=0)
-        images = tf.pad(images, [[0, pad], [0, 0], [0, 0], [0, 0]])
-        labels = tf.pad(labels, [[0, pad]] + [[0, 0]] * (len(labels.shape) - 1))
-        return images, labels, weights
+    def finish(images, labels, *weights):
+        return (augment.scale_to_unit(images), _labels(labels, num_classes, one_hot), *weights)
 
     ds = ds.map(finish, num_parallel_calls=AUTOTUNE)
     return ds.prefetch(AUTOTUNE).with_options(_options(True))

@@ -31,6 +31,7 @@ class PretrainResult:
     steps: int
     resumed_from: int
     seconds: float
+    is_chief: bool = True  # this process wrote the files (the others of a multi-process run did not)
 
 
 def build_encoder(config):
@@ -72,6 +73,7 @@ class MaskedPatchPrediction(engine.Task):
             steps=run.state.step,
             resumed_from=run.resumed_from,
             seconds=run.seconds,
+            is_chief=run.plan.is_chief,
         )
 
 

@@ -32,6 +32,7 @@ class TrainResult:
     seconds: float
     precision: str
     strategy: str
+    is_chief: bool = True  # this process wrote the files (the others of a multi-process run did not)
 
 
 def build_model(config, num_classes):
@@ -45,10 +46,11 @@ def build_model(config, num_classes):
 def loss_and_metrics(num_classes, one_hot, from_logits, label_smoothing):
     k = min(5, num_classes)
     if one_hot:
-        loss = keras.losses.CategoricalCrossentropy(from_logits=from_logits, label_smoothing=label_smoothing)
+        loss = keras.losses.CategoricalCrossentropy(from_logits=from_logits, label_smoothing=label_smoothing,
+                                                    reduction="mean_with_sample_weight")
         metrics = [keras.metrics.CategoricalAccuracy(name="accuracy"), keras.metrics.TopKCategoricalAccuracy(k, name="top5")]
     else:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits, reduction="mean_with_sample_weight")
         metrics = [
             keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
             keras.metrics.SparseTopKCategoricalAccuracy(k, name="top5"),
@@ -73,7 +75,8 @@ class Classification(engine.Task):
         one_hot = config.label_smoothing > 0 or augmentation.mixes_labels
         train_model, from_logits = logits_model(model)
         loss, metrics = loss_and_metrics(source.num_classes, one_hot, from_logits, config.label_smoothing)
-        return engine.Setup(model, train_model, dict(loss=loss, metrics=metrics), one_hot=one_hot)
+        # weighted: the padding of evaluation batches (weight 0) is not counted
+        return engine.Setup(model, train_model, dict(loss=loss, weighted_metrics=metrics), one_hot=one_hot)
 
     def metadata(self, config, source):
         classes = {"class_names": source.class_names, "image_size": config.image_size, "eval_crop": config.eval_crop}
@@ -82,7 +85,7 @@ class Classification(engine.Task):
     def finish(self, run):
         model, state = run.setup.model, run.state
         final_path = run.save(model, "final.keras")
-        has_best = os.path.exists(state.best_path)
+        has_best = state.best is not None  # the same on every process (load_weights is a collective on a mesh)
         if has_best:
             model.load_weights(state.best_path)
         results = run.evaluate()
@@ -101,6 +104,7 @@ class Classification(engine.Task):
             seconds=run.seconds,
             precision=run.precision,
             strategy=run.plan.name,
+            is_chief=run.plan.is_chief,
         )
 
 
