@@ -37,7 +37,7 @@ def _train(args):
     except SettingsChanged as error:  # say it in command-line terms
         restart = "start a new run with another --output-dir (or --fresh to start this one over)"
         raise SettingsChanged(error.run_dir, error.changes, restart) from None
-    if os.environ.get("RANK", "0") != "0":  # torchrun: only rank 0 reports
+    if not result.is_chief:  # one report per run, from the chief
         return 0
     epoch = f" (epoch {result.best_epoch})" if result.best_epoch else ""
     print(

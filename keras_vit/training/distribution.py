@@ -47,18 +47,27 @@ class Plan:
 
     `replicas`: devices one global batch is split over. `shard`: `(num_shards, index)` of
     the training data this process reads (processes that each feed their own replica).
+    `part`: `(parts, index)`: this process reads only its part of each global batch, which
+    stays the batch one process would read (see `pipeline.train_dataset`).
     `scope`: a context manager to build and compile the model in. `prepare(model)`: run
-    after `compile`. `is_chief`: whether this process writes checkpoints and logs.
-    `pad_multiple`: evaluation batches are padded to a multiple of it.
+    after `compile`. `feed(dataset)`: the training dataset as `fit` takes it.
+    `is_chief`: whether this process writes checkpoints and logs. `collective_save`: saving
+    is collective (every process must take part; the others write a throw-away file).
+    `pad_multiple`: evaluation batches are padded to a multiple of it. `gather(values)`:
+    a list of ints from every process, rank by rank (a collective).
     """
 
     name: str
     replicas: int = 1
     shard: tuple = (1, 0)
+    part: tuple = (1, 0)
     is_chief: bool = True
+    collective_save: bool = False
     pad_multiple: int = 1
     scope: Callable = contextlib.nullcontext
     prepare: Callable = lambda model: None
+    feed: Callable = lambda dataset: dataset
+    gather: Callable = lambda values: [list(values)]
 
     def per_process_batch(self, global_batch):
         """The batch size the input pipeline of this process produces."""
@@ -67,7 +76,7 @@ class Plan:
                 f"The global batch size {global_batch} (per optimizer micro-step) is not divisible "
                 f"by the {self.replicas} replicas of strategy {self.name!r}."
             )
-        return global_batch // self.shard[0]
+        return global_batch // (self.shard[0] * self.part[0])
 
 
 def _tf_plan(name):
@@ -94,10 +103,28 @@ def _tf_plan(name):
         tf.tpu.experimental.initialize_tpu_system(resolver)
         strategy = tf.distribute.TPUStrategy(resolver)
     else:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        return _tf_multi_worker_plan(tf.distribute.MultiWorkerMirroredStrategy())
     replicas = strategy.num_replicas_in_sync
     pad = replicas if name == "tpu" else 1  # TPUs need evaluation batches that split evenly
     return Plan(name, replicas=replicas, is_chief=_tf_chief(strategy), pad_multiple=pad, scope=strategy.scope)
+
+
+def _tf_multi_worker_plan(strategy):
+    """Each worker reads its part of every global batch and feeds its own replicas; saving
+    is collective; Keras' multi-worker `fit` is patched (see `keras_20585`)."""
+    from keras_vit.training import keras_20585, tf_multi_worker
+
+    return Plan(
+        "multi_worker",
+        replicas=strategy.num_replicas_in_sync,
+        part=tf_multi_worker.worker_position(strategy),
+        is_chief=_tf_chief(strategy),
+        collective_save=True,
+        scope=strategy.scope,
+        prepare=keras_20585.patch,
+        feed=tf_multi_worker.feeder(strategy),
+        gather=tf_multi_worker.gatherer(strategy),
+    )
 
 
 def _tf_chief(strategy):
@@ -170,6 +197,7 @@ def _torch_plan(name):
         shard=(world_size, rank),
         is_chief=rank == 0,
         prepare=torch_ddp.prepare,
+        gather=torch_ddp.all_gather_rows,
     )
 
 

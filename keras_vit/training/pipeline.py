@@ -74,13 +74,17 @@ def train_dataset(
     start=0,
     shuffle_buffer=10_000,
     shard=(1, 0),
+    part=(1, 0),
     deterministic=False,
     on_corrupt="skip",
 ):
     """An endless stream of `(images, labels)` batches of `batch_size` for training.
 
     `start` is the number of examples (of this shard) already consumed; `shard` is
-    `(num_shards, index)` for data parallelism over processes.
+    `(num_shards, index)` for data parallelism over processes. `part` is `(parts, index)`:
+    this process's part of each global batch of `batch_size * parts`, the examples one
+    process would batch together for the same seed (which only this process decodes and
+    augments); `start` then counts the examples of all parts.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1.")
@@ -101,6 +105,9 @@ def train_dataset(
     first_epoch, offset = divmod(start, size)
     stream = tf.data.Dataset.range(first_epoch, 2**62).flat_map(one_pass).skip(offset)
     stream = stream.enumerate(start=start)
+    parts, part_index = part
+    if parts > 1:
+        stream = stream.filter(lambda position, _: (position // batch_size) % parts == part_index)
     aug = augmentation
 
     def example(position, element):

@@ -12,7 +12,7 @@ import warnings
 import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.training import checkpointing, distribution, layer_decay, optim, pipeline, precision
+from keras_vit.training import checkpointing, distribution, layer_decay, optim, pipeline, precision, run_agreement
 from keras_vit.training.data import load_source
 from keras_vit.training.heads import logits_model
 from keras_vit.training.recipes import TrainConfig, recipe
@@ -42,6 +42,7 @@ class TrainResult:
     seconds: float
     precision: str
     strategy: str
+    is_chief: bool = True
 
 
 def build_model(config, num_classes):
@@ -220,8 +221,11 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
         monitor=config.monitor,
         fingerprint=_fingerprint(config, source),
         write=plan.is_chief,
+        collective_save=plan.collective_save,
     )
     state.tidy()  # what a run killed while saving left behind
+    if resume:
+        run_agreement.check_same_state(plan, config.run_dir)
     start = state.restore(train_model) if resume else 0
     if plan.is_chief:
         if start == 0 and os.path.exists(os.path.join(config.run_dir, "log.csv")):
@@ -235,11 +239,11 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
     )
 
     def train_stream(start_step):
-        return pipeline.train_dataset(
-            source, augmentation, batch, one_hot=one_hot, seed=config.seed, start=start_step * batch,
-            shuffle_buffer=config.shuffle_buffer, shard=plan.shard, deterministic=config.deterministic,
-            on_corrupt=config.on_corrupt,
-        )
+        return plan.feed(pipeline.train_dataset(
+            source, augmentation, batch, one_hot=one_hot, seed=config.seed, start=start_step * batch * plan.part[0],
+            shuffle_buffer=config.shuffle_buffer, shard=plan.shard, part=plan.part,
+            deterministic=config.deterministic, on_corrupt=config.on_corrupt,
+        ))
 
     callbacks = _callbacks(config, plan, state, extra_callbacks)
     if start and plan.is_chief:
@@ -324,12 +328,10 @@ def _fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, call
 
 def _finish(config, plan, policy, model, train_model, state, val_ds, history, start, started):
     final_path = os.path.join(config.run_dir, "final.keras")
-    if plan.is_chief:
-        checkpointing.save_model_atomic(model, final_path)
-    if plan.name == "torch_ddp":
-        from keras_vit.training import torch_ddp
-
-        torch_ddp.barrier()
+    with checkpointing.save_target(final_path, plan.is_chief, plan.collective_save) as tmp:
+        if tmp:
+            model.save(tmp)
+    plan.gather([0])  # a barrier: every process sees the chief's files complete
     if os.path.exists(state.best_path):
         model.load_weights(state.best_path)
     results = train_model.evaluate(val_ds, verbose=0, return_dict=True)
@@ -348,4 +350,5 @@ def _finish(config, plan, policy, model, train_model, state, val_ds, history, st
         seconds=time.time() - started,
         precision=policy,
         strategy=plan.name,
+        is_chief=plan.is_chief,
     )
