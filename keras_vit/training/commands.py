@@ -61,7 +61,7 @@ def _pretrain(args):
     except TrainingDiverged as error:
         print(f"keras-vit pretrain: {error}", file=sys.stderr)
         return 3
-    if os.environ.get("RANK", "0") != "0":
+    if not result.is_chief:  # one report per run, from the chief
         return 0
     print(
         f"\nMasked patch prediction: validation loss {result.val_loss:.4f}, accuracy on corrupted "

@@ -194,7 +194,7 @@ def _torch_plan(name):
     return Plan(
         name,
         replicas=world_size,
-        shard=(world_size, rank),
+        part=(world_size, rank),
         is_chief=rank == 0,
         prepare=torch_ddp.prepare,
         gather=torch_ddp.all_gather_rows,

@@ -15,7 +15,7 @@ import time
 import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.training import checkpointing, distribution, masked_patch, pipeline, precision, trainer
+from keras_vit.training import checkpointing, distribution, masked_patch, pipeline, precision, run_agreement, trainer
 from keras_vit.training.recipes import TrainConfig, recipe
 
 OBJECTIVE = ("mask_rate", "mask_split", "mask_target", "color_bits")
@@ -34,6 +34,7 @@ class PretrainResult:
     steps: int
     resumed_from: int
     seconds: float
+    is_chief: bool = True
 
 
 def build_encoder(config):
@@ -110,8 +111,11 @@ def _run(config, plan, data, extra_callbacks, resume, started):
         monitor=config.monitor,
         fingerprint=_fingerprint(config, source),
         write=plan.is_chief,
+        collective_save=plan.collective_save,
     )
     state.tidy()  # what a run killed while saving left behind
+    if resume:
+        run_agreement.check_same_state(plan, config.run_dir)
     start = state.restore(model) if resume else 0
     if plan.is_chief:
         os.makedirs(config.run_dir, exist_ok=True)
@@ -133,11 +137,11 @@ def _run(config, plan, data, extra_callbacks, resume, started):
 
     def train_stream(start_step):
         images = pipeline.train_dataset(
-            source, trainer._augmentation(config), batch, seed=config.seed, start=start_step * batch,
-            shuffle_buffer=config.shuffle_buffer, shard=plan.shard, deterministic=config.deterministic,
-            on_corrupt=config.on_corrupt,
+            source, trainer._augmentation(config), batch, seed=config.seed, start=start_step * batch * plan.part[0],
+            shuffle_buffer=config.shuffle_buffer, shard=plan.shard, part=plan.part,
+            deterministic=config.deterministic, on_corrupt=config.on_corrupt,
         )
-        return masked_patch.corrupt_batches(images, patch, salt=0, start=start_step, **corrupt)
+        return plan.feed(masked_patch.corrupt_batches(images, patch, salt=0, start=start_step, **corrupt))
 
     callbacks = trainer._callbacks(config, plan, state, extra_callbacks)
     if start and plan.is_chief:
@@ -145,8 +149,9 @@ def _run(config, plan, data, extra_callbacks, resume, started):
     history = trainer._fit(model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks,
                            config.verbose if plan.is_chief else 0)
     encoder_path = os.path.join(config.run_dir, "encoder.keras")
-    if plan.is_chief:
-        checkpointing.save_model_atomic(encoder, encoder_path)
+    with checkpointing.save_target(encoder_path, plan.is_chief, plan.collective_save) as tmp:
+        if tmp:
+            encoder.save(tmp)
     results = model.evaluate(val_ds, verbose=0, return_dict=True)
     return PretrainResult(
         encoder=encoder,
@@ -158,4 +163,5 @@ def _run(config, plan, data, extra_callbacks, resume, started):
         steps=state.step,
         resumed_from=start,
         seconds=time.time() - started,
+        is_chief=plan.is_chief,
     )

@@ -5,7 +5,8 @@ process per GPU, or several on CPU with gloo), each process here:
 
 - joins the process group (NCCL on GPUs, gloo on CPUs) from torchrun's environment;
 - starts from rank 0's weights (a broadcast of every model variable);
-- reads its own shard of the training data (`shard = (world_size, rank)`);
+- reads only its part of every global batch (`part = (world_size, rank)`): together the
+  ranks train on the batches one process would for the same seed;
 - averages the gradients of all processes before every optimizer step (one all-reduce of
   the flattened gradients, wrapped around `optimizer.apply`), so all replicas make the same
   update and stay identical;
