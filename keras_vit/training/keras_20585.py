@@ -10,12 +10,14 @@ patched method takes this worker's first local replica's batch instead (same sha
 collective). Past it, every step averages its (scalar) logs over the workers with
 `strategy.reduce("MEAN", value, axis=0)`, which fails on a scalar ("Invalid reduction
 dimension 0 for input with 0 dimensions"); the patched reduction averages scalars over the
-replicas (`axis=None`) and leaves everything else to Keras.
+replicas (`axis=None`) and leaves everything else to Keras. (Those per-step logs average
+the replicas' own metric values; the epoch logs are read from the metrics' summed states,
+exact over all workers.)
 
 `patch(model)` replaces the build method on that model only; the reduction is patched in
-Keras' TensorFlow trainer module, where it only changes multi-worker scalar means. When a Keras release fixes the bug,
-tests/test_training_multi_worker.py says so (the unpatched `fit` no longer fails) and this
-module can go.
+Keras' TensorFlow trainer module, where it changes only multi-worker means. When a Keras
+release fixes the bug, tests/test_training_multihost_tf_torch.py says so (the unpatched `fit` no
+longer fails) and this module can go.
 """
 
 import types

@@ -1,10 +1,12 @@
-"""One process of a 2-process training run on 127.0.0.1 (for test_training_multihost).
+"""One process of a 2-process training run on 127.0.0.1 (for test_training_multihost_tf_torch).
 
 Usage: python multihost_worker.py RUN_DIR REPORT [--kill-at STEP] [--cli] (KERAS_BACKEND,
 TF_CONFIG or torchrun's variables set by the caller). Trains the tiny digits ViT of `FLAGS`
 with step checkpoints; `--kill-at` SIGKILLs this process after that step (as a host lost
 mid-run); `--cli` runs `keras-vit train` instead of `train()`. REPORT-<rank>.json gets the
 run: per step, the logged loss and this process's own loss (from its local metric state).
+The process dies (SIGALRM, not handled) after KERAS_VIT_TEST_LIMIT seconds, even when stuck
+in a collective.
 """
 
 import json
@@ -56,6 +58,7 @@ def main(run_dir, report_path, kill_at=None, cli=False):
 
 
 if __name__ == "__main__":
+    signal.alarm(int(os.environ.get("KERAS_VIT_TEST_LIMIT", "240")))
     args = sys.argv[1:]
     kill = int(args[args.index("--kill-at") + 1]) if "--kill-at" in args else None
     sys.exit(main(args[0], args[1], kill, "--cli" in args))

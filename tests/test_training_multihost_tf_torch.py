@@ -1,11 +1,12 @@
 """Two-host training simulated by 2 processes on 127.0.0.1: TensorFlow's `multi_worker`
 (`TF_CONFIG`) and PyTorch DDP (`torchrun`), each under its own KERAS_BACKEND.
 
-Each test trains the tiny digits ViT of tests/multihost_worker.py with step checkpoints,
+Each test trains the tiny digits ViT of tests/multihost_tf_torch_worker.py with step checkpoints,
 kills every process mid-run, resumes, and checks that processes with separate run folders
 (one of which has no checkpoint) all refuse in one line instead of training apart and
-hanging. Every child runs under `timeout -s KILL` in its own session; the test ends only
-those sessions.
+hanging. Every child runs under `timeout -s KILL` in its own session, and each training
+process under its own alarm (`LIMIT`; torchrun starts its workers in sessions of their
+own); the test ends only those sessions.
 """
 
 import json
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 
 BACKEND = keras.backend.backend()
-WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
+WORKER = os.path.join(os.path.dirname(__file__), "multihost_tf_torch_worker.py")
 LIMIT = 240  # seconds any child may live
 
 
@@ -35,7 +36,8 @@ def _ports(count):
 
 
 def _env(**extra):
-    env = {**os.environ, "KERAS_BACKEND": BACKEND, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1", **extra}
+    env = {**os.environ, "KERAS_BACKEND": BACKEND, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1",
+           "KERAS_VIT_TEST_LIMIT": str(LIMIT), **extra}
     for name in ("XLA_FLAGS", "TF_CONFIG", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         if name not in extra:
             env.pop(name, None)
@@ -55,7 +57,7 @@ def _run_all(launches):
             out, _ = proc.communicate(timeout=LIMIT + 10)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
+            out, _ = proc.communicate(timeout=30)
         results.append((proc.returncode, out))
     return results
 
