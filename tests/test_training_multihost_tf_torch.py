@@ -137,7 +137,8 @@ def test_keras_20585_still_needs_the_workaround(tmp_path):
     )
     launches = [([sys.executable, str(script)], env) for _, env in _tf_workers(["", ""], "")]
     for code, out in _run_all(launches):
-        assert code != 0 and "FIT WORKED" not in out, "Keras fixed keras-team/keras#20585: drop keras_vit/training/keras_20585.py"
+        fixed = "Keras fixed keras-team/keras#20585: drop keras_vit/training/keras_20585.py"
+        assert code != 0 and "FIT WORKED" not in out, fixed
         assert "PerReplica" in out, out[-3000:]
 
 

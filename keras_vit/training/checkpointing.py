@@ -43,12 +43,6 @@ def write_json(path, payload):
         os.fsync(handle.fileno())
 
 
-def save_model_atomic(model, path):
-    """`model.save(path)` through a temporary `.keras` file and a rename."""
-    with atomic_path(path) as tmp:
-        model.save(tmp)
-
-
 @contextlib.contextmanager
 def save_target(path, write=True, collective=False):
     """Where this process saves `path`: a temporary name renamed to `path` when it writes; a
