@@ -37,9 +37,10 @@ def shell_lines():
     for page in PAGES:
         shown = shown_files(page)
         for needs, code in blocks(page, "bash"):
-            for line in code.splitlines():
+            for line in code.replace("\\\n", " ").splitlines():  # continued lines joined
                 line = line.split(" #")[0].strip()
-                if line and not line.startswith("#") and not any(line.endswith(f" {name}") for name in shown):
+                shows = any(line.endswith(f" {name}") for name in shown)
+                if line and not line.startswith(("#", "export ")) and not shows:
                     yield pytest.param(line, marks=_skip(needs), id=f"{page.name}: {line[:60]}")
 
 

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import tempfile
 
 import keras
 import numpy as np
@@ -35,10 +36,20 @@ class TrainingDiverged(FloatingPointError):
     """The training loss became NaN or infinite."""
 
 
-def save_model_atomic(model, path):
-    """`model.save(path)` through a temporary `.keras` file and a rename."""
-    with atomic_path(path) as tmp:
-        model.save(tmp)
+@contextlib.contextmanager
+def save_target(path, write=True, collective=False):
+    """Where this process saves `path`: a temporary name renamed to `path` when it writes; a
+    throw-away file when it does not but saving is collective (every process must take part,
+    as under TensorFlow's multi-worker strategy); else None (no save)."""
+    if write:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with atomic_path(path) as tmp:
+            yield tmp
+    elif collective:
+        with tempfile.TemporaryDirectory(prefix="keras_vit-discard-") as folder:
+            yield os.path.join(folder, os.path.basename(path))
+    else:
+        yield None
 
 
 class BadRunState(ValueError):
@@ -130,7 +141,7 @@ class RunState(keras.callbacks.Callback):
     """
 
     def __init__(self, run_dir, inference_model, *, every_steps=0, monitor="val_accuracy", fingerprint=None, write=True,
-                 saving=lambda model: contextlib.nullcontext(), allgather=None):
+                 saving=lambda model: contextlib.nullcontext(), allgather=None, collective_save=False):
         super().__init__()
         self.run_dir = run_dir
         self.directory = os.path.join(run_dir, "checkpoint")
@@ -142,6 +153,7 @@ class RunState(keras.callbacks.Callback):
         self.write = write
         self.saving = saving
         self.allgather = allgather
+        self.collective_save = collective_save
         self.step = 0
         self.best = None
         self.best_epoch = None
@@ -210,11 +222,10 @@ class RunState(keras.callbacks.Callback):
         if any(saved is not None and saved[0] == name for saved in (self.pending, self.good)):
             return
         self.discard_pending()
-        with self.saving(self.model):
-            if self.write:
-                os.makedirs(self.directory, exist_ok=True)
-                with atomic_path(os.path.join(self.directory, name)) as tmp:
-                    self.model.save_weights(tmp)
+        path = os.path.join(self.directory, name)
+        with self.saving(self.model), save_target(path, self.write, self.collective_save) as tmp:
+            if tmp:
+                self.model.save_weights(tmp)
         self.pending = (name, self.step)
 
     def save_now(self):
@@ -262,9 +273,9 @@ class RunState(keras.callbacks.Callback):
         val_loss = _number(logs.get("val_loss"))
         if _finite(val_loss) and self._improved(_number(logs.get(self.monitor))):
             self.best, self.best_epoch = _number(logs.get(self.monitor)), epoch + 1
-            with self.saving(self.model):
-                if self.write:
-                    save_model_atomic(self.inference_model, self.best_path)
+            with self.saving(self.model), save_target(self.best_path, self.write, self.collective_save) as tmp:
+                if tmp:
+                    self.inference_model.save(tmp)
         self._save()
         if val_loss is not None and math.isfinite(val_loss):  # computed from the weights just saved
             self._confirm()

@@ -51,29 +51,35 @@ VIT_LAYOUT = {
 class Plan:
     """How to build, feed and run a model under a strategy.
 
-    `replicas`: devices one global batch is split over. `shard`: `(num_shards, index)` of
-    the training data this process reads (processes that each feed their own replica).
-    `scope`: a context manager to build and compile the model in. `prepare(model)`: run
-    after `compile`. `is_chief`: whether this process writes checkpoints and logs.
-    `pad_multiple`: evaluation batches are padded to a multiple of it. `part`: `(parts,
-    index)`: this process reads part `index` of each global batch (see `pipeline`).
-    `saving(model)`: a context manager every process enters around a save of `model`'s
-    state, inside which the chief alone writes. `processes`, `process_index`: how many processes
-    run the job and which this is. `allgather(int)`: every process's value, in process order (a collective).
+    `replicas`: devices one global batch is split over. `shard`: `(num_shards, index)` of the
+    training data this process reads. `part`: `(parts, index)`: this process reads only part
+    `index` of each global batch, which stays the batch one process would read (see
+    `pipeline.train_dataset`). `is_chief`: whether this process writes checkpoints and logs.
+    `collective_save`: every process must take part in a save (the others write a throw-away
+    file). `pad_multiple`: evaluation batches are padded to a multiple of it. `scope`: a
+    context manager to build and compile the model in. `prepare(model)`: run after `compile`.
+    `saving(model)`: a context manager every process enters around a save of `model`'s state
+    (JAX: sharded variables gathered), inside which the chief alone writes. `processes`,
+    `process_index`: how many processes run the job and which this is. `allgather(int)`: every
+    process's value, in process order, and `gather(values)`: a list of ints from every process,
+    rank by rank (collectives). `feed(dataset)`: the training dataset as `fit` takes it.
     """
 
     name: str
     replicas: int = 1
     shard: tuple = (1, 0)
+    part: tuple = (1, 0)
     is_chief: bool = True
+    collective_save: bool = False
     pad_multiple: int = 1
     scope: Callable = contextlib.nullcontext
     prepare: Callable = lambda model: None
-    part: tuple = (1, 0)
     saving: Callable = lambda model: contextlib.nullcontext()
     processes: int = 1
     process_index: int = 0
     allgather: Optional[Callable] = None
+    feed: Callable = lambda dataset: dataset
+    gather: Callable = lambda values: [list(values)]
 
     def per_process_batch(self, global_batch):
         """The batch size the input pipeline of this process produces."""
@@ -109,10 +115,28 @@ def _tf_plan(name):
         tf.tpu.experimental.initialize_tpu_system(resolver)
         strategy = tf.distribute.TPUStrategy(resolver)
     else:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        return _tf_multi_worker_plan(tf.distribute.MultiWorkerMirroredStrategy())
     replicas = strategy.num_replicas_in_sync
     pad = replicas if name == "tpu" else 1  # TPUs need evaluation batches that split evenly
     return Plan(name, replicas=replicas, is_chief=_tf_chief(strategy), pad_multiple=pad, scope=strategy.scope)
+
+
+def _tf_multi_worker_plan(strategy):
+    """Each worker reads its part of every global batch and feeds its own replicas; saving
+    is collective; Keras' multi-worker `fit` is patched (see `keras_20585`)."""
+    from keras_vit.training import keras_20585, tf_multi_worker
+
+    return Plan(
+        "multi_worker",
+        replicas=strategy.num_replicas_in_sync,
+        part=tf_multi_worker.worker_position(strategy),
+        is_chief=_tf_chief(strategy),
+        collective_save=True,
+        scope=strategy.scope,
+        prepare=keras_20585.patch,
+        feed=tf_multi_worker.feeder(strategy),
+        gather=tf_multi_worker.gatherer(strategy),
+    )
 
 
 def _tf_chief(strategy):
@@ -296,11 +320,13 @@ def _torch_plan(name):
     return Plan(
         name,
         replicas=world_size,
-        shard=(world_size, rank),
+        part=(world_size, rank),
         is_chief=rank == 0,
         prepare=torch_ddp.prepare,
         processes=world_size,
         process_index=rank,
+        gather=torch_ddp.all_gather_rows,
+        allgather=lambda value: [row[0] for row in torch_ddp.all_gather_rows([value])],
     )
 
 

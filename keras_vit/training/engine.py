@@ -22,7 +22,7 @@ import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.files import write_json
-from keras_vit.training import checkpointing, distribution, hosts, layer_decay, optim, pipeline, precision
+from keras_vit.training import checkpointing, distribution, hosts, layer_decay, optim, pipeline, precision, run_agreement
 from keras_vit.training.data import load_source
 from keras_vit.training.recipes import TrainConfig, check_recipe_command, recipe
 from keras_vit.variants import ARCHITECTURE_KEYS
@@ -85,13 +85,11 @@ class Run:
     def save(self, model, name):
         """Saves `model` as `name` in the run folder (the chief writes, every process waits); returns the path."""
         path = os.path.join(self.config.run_dir, name)
-        with self.plan.saving(self.setup.train_model):  # every process takes part, the chief writes
-            if self.plan.is_chief:
-                checkpointing.save_model_atomic(model, path)
-        if self.plan.name == "torch_ddp":
-            from keras_vit.training import torch_ddp
-
-            torch_ddp.barrier()
+        plan = self.plan
+        with plan.saving(self.setup.train_model), checkpointing.save_target(path, plan.is_chief, plan.collective_save) as tmp:
+            if tmp:
+                model.save(tmp)
+        plan.gather([0])  # a barrier: every process sees the chief's file complete
         return path
 
     def evaluate(self):
@@ -167,8 +165,11 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
         write=plan.is_chief,
         saving=plan.saving,
         allgather=plan.allgather,
+        collective_save=plan.collective_save,
     )
     state.tidy()  # what a run killed while saving left behind
+    if resume:
+        run_agreement.check_same_state(plan, config.run_dir)
     start = state.restore(train_model) if resume else 0
     if plan.is_chief:
         _write_run_folder(task, config, source, data, fresh=start == 0)
@@ -189,7 +190,7 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
             shuffle_buffer=config.shuffle_buffer, shard=plan.shard, part=plan.part,
             deterministic=config.deterministic, on_corrupt=config.on_corrupt,
         )
-        return transform(batches, 0, start_step)
+        return plan.feed(transform(batches, 0, start_step))
 
     callbacks = make_callbacks(config, plan, state, extra_callbacks)
     if start and plan.is_chief:

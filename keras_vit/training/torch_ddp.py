@@ -5,10 +5,13 @@ process per GPU, or several on CPU with gloo), each process here:
 
 - joins the process group (NCCL on GPUs, gloo on CPUs) from torchrun's environment;
 - starts from rank 0's weights (a broadcast of every model variable);
-- reads its own shard of the training data (`shard = (world_size, rank)`);
+- reads only its part of every global batch (`part = (world_size, rank)`): together the
+  ranks train on the batches one process would for the same seed;
 - averages the gradients of all processes before every optimizer step (one all-reduce of
   the flattened gradients, wrapped around `optimizer.apply`), so all replicas make the same
-  update and stay identical.
+  update and stay identical;
+- reports the metrics of all processes: the loss / accuracy in the logs (progress line,
+  `log.csv`, best-model choice, NaN stop) come from the metric states summed over processes.
 
 Only rank 0 writes checkpoints and logs.
 """
@@ -75,6 +78,47 @@ def all_reduce_mean(tensors):
     return out
 
 
+def all_reduce_sum(tensors):
+    """Sum over processes of a list of tensors (one collective), as new tensors."""
+    flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    return [part.view_as(t).to(t.dtype) for part, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
+
+
+def all_gather_rows(values):
+    """`values` (a list of ints) of every process, rank by rank (one collective)."""
+    row = torch.tensor(values, dtype=torch.int64)
+    rows = [torch.empty_like(row) for _ in range(dist.get_world_size())]
+    dist.all_gather(rows, row)
+    return [r.tolist() for r in rows]
+
+
+def global_metrics(model):
+    """Makes `model`'s metric results (what `fit` logs) those of all processes: each is
+    computed from its metric's state summed over processes (totals and counts), the local
+    state kept as it was."""
+    if getattr(model, "_keras_vit_global_metrics", False):
+        return model
+    local_results = model.get_metrics_result
+
+    def get_metrics_result():
+        states = [v.value.data for metric in model.metrics for v in metric.variables]
+        if not states:
+            return local_results()
+        kept = [s.clone() for s in states]
+        for state, total in zip(states, all_reduce_sum(states)):
+            state.copy_(total)
+        try:
+            return {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in local_results().items()}
+        finally:
+            for state, value in zip(states, kept):
+                state.copy_(value)
+
+    model.get_metrics_result = get_metrics_result
+    model._keras_vit_global_metrics = True
+    return model
+
+
 def average_gradients(optimizer):
     """Makes `optimizer.apply(grads, variables)` average `grads` over processes first."""
     if getattr(optimizer, "_keras_vit_ddp", False):
@@ -90,11 +134,8 @@ def average_gradients(optimizer):
 
 
 def prepare(model):
-    """Rank 0's weights everywhere and gradient averaging for a compiled model."""
+    """Rank 0's weights everywhere, gradient averaging and global metrics for a compiled model."""
     broadcast_variables(model.variables)
     average_gradients(model.optimizer)
+    global_metrics(model)
 
-
-def barrier():
-    if dist.is_initialized():
-        dist.barrier()

@@ -1,0 +1,166 @@
+"""Two-host training simulated by 2 processes on 127.0.0.1: TensorFlow's `multi_worker`
+(`TF_CONFIG`) and PyTorch DDP (`torchrun`), each under its own KERAS_BACKEND.
+
+Each test trains the tiny digits ViT of tests/support/multihost_tf_torch_worker.py with step checkpoints,
+kills every process mid-run, resumes, and checks that processes with separate run folders
+(one of which has no checkpoint) all refuse in one line instead of training apart and
+hanging. Every child runs under `timeout -s KILL` in its own session, and each training
+process under its own alarm (`LIMIT`; torchrun starts its workers in sessions of their
+own); the test ends only those sessions.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+BACKEND = keras.backend.backend()
+WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "multihost_tf_torch_worker.py")
+LIMIT = 240  # seconds any child may live
+
+
+def _ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _env(**extra):
+    env = {**os.environ, "KERAS_BACKEND": BACKEND, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1",
+           "KERAS_VIT_TEST_LIMIT": str(LIMIT), **extra}
+    for name in ("XLA_FLAGS", "TF_CONFIG", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def _run_all(launches):
+    """Starts `(command, env)` pairs together; waits for all; `[(exit code, output)]`."""
+    procs = [
+        subprocess.Popen(["timeout", "-s", "KILL", str(LIMIT), *command], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        for command, env in launches
+    ]
+    results = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=LIMIT + 10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate(timeout=30)
+        results.append((proc.returncode, out))
+    return results
+
+
+def _reports(prefix):
+    return [json.load(open(f"{prefix}-{rank}.json")) for rank in (0, 1)]
+
+
+def _tf_workers(run_dirs, report, *flags):
+    ports = _ports(2)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    return [
+        ([sys.executable, WORKER, run_dir, report, *flags],
+         _env(TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})))
+        for index, run_dir in enumerate(run_dirs)
+    ]
+
+
+def _torch_nodes(run_dirs, report, *flags):
+    """Two `torchrun --nnodes=2 --nproc_per_node=1` agents meeting on 127.0.0.1."""
+    (port,) = _ports(1)
+    return [
+        ([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", f"--node-rank={rank}",
+          "--master-addr=127.0.0.1", f"--master-port={port}", WORKER, run_dir, report, *flags], _env())
+        for rank, run_dir in enumerate(run_dirs)
+    ]
+
+
+def _torch_standalone(run_dir, report, *flags):
+    """One `torchrun --standalone --nproc_per_node=2`."""
+    return [([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+              WORKER, run_dir, report, *flags], _env())]
+
+
+def _assert_refused(results, shared, alone, exit_code=2):
+    for code, out in results:
+        assert code == exit_code, out[-3000:]
+        errors = [line for line in out.splitlines() if "different saved states" in line]
+        assert len(errors) == 1, out[-3000:]
+        assert "process 0: step 5" in errors[0] and "process 1: no saved state" in errors[0]
+    assert json.load(open(os.path.join(shared, "checkpoint", "state.json")))["step"] == 5  # untouched
+    assert not os.path.exists(os.path.join(alone, "checkpoint"))
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="MultiWorkerMirroredStrategy: runs under KERAS_BACKEND=tensorflow")
+def test_tensorflow_multi_worker_kill_resume_and_separate_folders(tmp_path):
+    shared, alone = str(tmp_path / "run"), str(tmp_path / "alone")
+    killed = _run_all(_tf_workers([shared, shared], str(tmp_path / "killed"), "--kill-at", "7"))
+    assert all(code in (-signal.SIGKILL, 128 + signal.SIGKILL) for code, _ in killed), killed[0][1][-3000:]
+    assert json.load(open(os.path.join(shared, "checkpoint", "state.json")))["step"] == 5
+
+    _assert_refused(_run_all(_tf_workers([shared, alone], str(tmp_path / "apart"))), shared, alone)
+
+    (chief_code, chief), (other_code, other) = _run_all(_tf_workers([shared, shared], str(tmp_path / "r"), "--cli"))
+    assert chief_code == 0 and other_code == 0, chief[-3000:] + other[-3000:]
+    assert "Resuming" in chief and "at step 5/16" in chief
+    assert "Saved the best model to" in chief and "Saved the best model" not in other  # the chief reports
+    for name in ("best.keras", "final.keras", "log.csv", "checkpoint/step-16.weights.h5"):
+        assert os.path.exists(os.path.join(shared, name)), name
+    assert not [n for n in os.listdir(shared) if n.startswith(".keras_vit-tmp")]
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="MultiWorkerMirroredStrategy: runs under KERAS_BACKEND=tensorflow")
+def test_keras_20585_still_needs_the_workaround(tmp_path):
+    """Plain Keras `fit` under a 2-worker MultiWorkerMirroredStrategy; when this fails, Keras
+    fixed keras-team/keras#20585: remove keras_vit/training/keras_20585.py and its use."""
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import numpy as np, tensorflow as tf, keras\n"
+        "strategy = tf.distribute.MultiWorkerMirroredStrategy()\n"
+        "with strategy.scope():\n"
+        "    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])\n"
+        "    model.compile('sgd', 'sparse_categorical_crossentropy')\n"
+        "x, y = np.zeros((32, 4), 'float32'), np.zeros(32, 'int32')\n"
+        "model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=1, verbose=0)\n"
+        "print('FIT WORKED')\n"
+    )
+    launches = [([sys.executable, str(script)], env) for _, env in _tf_workers(["", ""], "")]
+    for code, out in _run_all(launches):
+        fixed = "Keras fixed keras-team/keras#20585: drop keras_vit/training/keras_20585.py"
+        assert code != 0 and "FIT WORKED" not in out, fixed
+        assert "PerReplica" in out, out[-3000:]
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="torch.distributed with gloo: runs under KERAS_BACKEND=torch")
+def test_torch_ddp_kill_resume_global_metrics_and_separate_folders(tmp_path):
+    shared, alone = str(tmp_path / "run"), str(tmp_path / "alone")
+    (code, out), = _run_all(_torch_standalone(shared, str(tmp_path / "killed"), "--kill-at", "7"))
+    assert code != 0, out[-3000:]
+    assert json.load(open(os.path.join(shared, "checkpoint", "state.json")))["step"] == 5
+
+    refused = _run_all(_torch_nodes([shared, alone], str(tmp_path / "apart")))
+    _assert_refused(refused, shared, alone, exit_code=1)  # torchrun's code for a worker that exited 2
+    assert all("exitcode  : 2" in out for _, out in refused)
+
+    resumed = _run_all(_torch_nodes([shared, shared], str(tmp_path / "r")))
+    assert all(code == 0 for code, _ in resumed), resumed[0][1][-3000:] + resumed[1][1][-3000:]
+    first, second = _reports(str(tmp_path / "r"))
+    assert first["resumed_from"] == second["resumed_from"] == 5 and first["total"] == second["total"] == 16
+    assert first["weights"] == second["weights"]  # the same model on both ranks
+    logged, local_0 = np.array(first["steps"]).T
+    logged_1, local_1 = np.array(second["steps"]).T
+    np.testing.assert_array_equal(logged, logged_1)  # one logged value on every rank ...
+    np.testing.assert_allclose(logged, (local_0 + local_1) / 2, rtol=1e-5)  # ... the global mean
+    assert np.abs(local_0 - local_1).max() > 1e-4  # (the ranks' own losses differ)
+    assert os.path.exists(os.path.join(shared, "final.keras")) and os.path.exists(os.path.join(shared, "log.csv"))
