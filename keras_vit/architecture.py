@@ -13,6 +13,7 @@ from typing import Any, Optional
 import keras
 
 from keras_vit import matmul_precision
+from keras_vit.torch_compile import compile_once
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS, variant  # noqa: F401  (part of this module's interface)
 
@@ -131,4 +132,4 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
             config.classifier_activation or "linear", dtype="float32", name="predictions"
         )(outputs)
     inputs = keras.utils.get_source_inputs(images) if input_tensor is not None else images
-    return keras.Model(inputs, outputs, name=config.name)
+    return compile_once(keras.Model(inputs, outputs, name=config.name))

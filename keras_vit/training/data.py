@@ -51,6 +51,8 @@ class Source:
     validation_size: int
     class_names: list
     decode: Optional[Callable] = None  # maps an element to `(uint8 HxWx3 image, label)`
+    # maps an element to `(encoded image bytes, label)`: training then decodes only the crop
+    read: Optional[Callable] = None
 
     @property
     def num_classes(self):
@@ -281,6 +283,11 @@ def decode_image_file(path, label):
     return tf.ensure_shape(image, [None, None, 3]), label
 
 
+def read_image_file(path, label):
+    """The encoded bytes of an image file (decoded by the training pipeline)."""
+    return tf.io.read_file(path), label
+
+
 def from_folder(root, *, val_fraction=VAL_FRACTION, on_corrupt="skip", seed=0):
     """A `Source` from `root/CLASS/*.jpg` (validation held out) or `root/{train,val}/CLASS/*`.
 
@@ -310,6 +317,7 @@ def from_folder(root, *, val_fraction=VAL_FRACTION, on_corrupt="skip", seed=0):
         validation_size=len(val_paths),
         class_names=classes,
         decode=decode_image_file,
+        read=read_image_file,
     )
 
 

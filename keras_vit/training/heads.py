@@ -3,6 +3,8 @@ so that `predict` needs none)."""
 
 import keras
 
+from keras_vit.torch_compile import compile_once
+
 
 def _ends_with(model, activation):
     last = model.layers[-1]
@@ -22,5 +24,5 @@ def logits_model(model):
     """
     if ends_with_softmax(model):
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(model.layers[-1].input)
-        return keras.Model(model.inputs, logits, name=f"{model.name}_logits"), True
+        return compile_once(keras.Model(model.inputs, logits, name=f"{model.name}_logits")), True
     return model, _ends_with(model, keras.activations.linear)

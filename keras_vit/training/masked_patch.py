@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_vit.torch_compile import compile_once
 
 KEEP, MASK, RANDOM, SAME = 0, 1, 2, 3
 _AUTOTUNE = tf.data.AUTOTUNE
@@ -158,7 +159,7 @@ def build_pretraining_model(encoder, target="color", bits=3, name="masked_patch_
         outputs = stride * stride * 3
     prediction = keras.layers.Dense(outputs, name="prediction_head")(tokens[:, 1:])
     prediction = keras.layers.Activation("linear", dtype="float32", name="prediction")(prediction)
-    return keras.Model({"images": images, "kind": kind, "source": source}, prediction, name=name)
+    return compile_once(keras.Model({"images": images, "kind": kind, "source": source}, prediction, name=name))
 
 
 def loss_and_metrics(target):

@@ -1,7 +1,7 @@
 """The `tf.data` input pipelines that feed `model.fit` on every Keras backend.
 
 Training stream: shuffle (a new order every pass over the data) -> repeat forever -> per
-example decode, inception crop, flip, [RandAugment] -> batch (dropping no data: batches run
+example decode (of a JPEG only the crop window), inception crop, flip, [RandAugment] -> batch (dropping no data: batches run
 across epoch boundaries) -> scale to [-1, 1] -> [MixUp / CutMix] -> prefetch. Each example's
 crop, flip and RandAugment ops, and each batch's MixUp / CutMix, are drawn from a seed keyed
 by (first) example position in the stream, so the stream is a pure function of `seed` and can
@@ -112,16 +112,21 @@ def train_dataset(
     aug = augmentation
 
     def example(position, element):
-        image, label = source.decode(*element) if source.decode else element
         key = tf.stack([tf.cast(seed, tf.int64), position])
-        image = augment.train_transform(image, key, aug.image_size, aug.crop_area, aug.crop_aspect, aug.flip)
+        crop = (key, aug.image_size, aug.crop_area, aug.crop_aspect, aug.flip)
+        if source.read:
+            data, label = source.read(*element)
+            image = augment.train_transform_encoded(data, *crop)
+        else:
+            image, label = source.decode(*element) if source.decode else element
+            image = augment.train_transform(image, *crop)
         if aug.randaugment_ops:
             ra_key = tf.random.experimental.stateless_fold_in(key, 1)
             image = randaugment.rand_augment(image, ra_key, aug.randaugment_ops, aug.randaugment_factor)
         return image, label, position
 
     stream = stream.map(example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    if source.decode is not None and on_corrupt == "skip":
+    if (source.decode or source.read) is not None and on_corrupt == "skip":
         stream = stream.ignore_errors()
     stream = stream.batch(batch_size, drop_remainder=True)
     mix = augment.mix_batch(aug.mixup, aug.cutmix)
