@@ -9,7 +9,7 @@ from keras_vit.architecture import build_model, image_shape
 from keras_vit.layers.position_embedding import resize_position_embedding
 from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import stems, variables
-from keras_vit.weights.canonical import ATTN, HEAD, MLP, POSEMB, PRE_LOGITS
+from keras_vit.weights.canonical import ATTN, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS
 from keras_vit.weights.lazy import LazyArray
 
 logger = logging.getLogger("keras_vit.weights")
@@ -29,7 +29,7 @@ def check_architecture(ckpt, config):
     p, d, m, h = config.patch_size, config.hidden_dim, config.mlp_dim, config.num_heads
     problems = [
         _mismatch(ckpt, "embedding/kernel", (p, p, None, d)),
-        _mismatch(ckpt, MLP.format(i=0) + "Dense_0/kernel", (d, m)),
+        _mismatch(ckpt, MLP.format(i=0) + "Dense_0/kernel", (d, 2 * m if config.mlp == "swiglu" else m)),
     ]
     if d % h == 0:
         problems.append(_mismatch(ckpt, ATTN.format(i=0) + "query/kernel", (d, h, d // h)))
@@ -55,6 +55,12 @@ def select_head(ckpt, config):
     for. Logs when the model gets a new zero-initialised head."""
     tensors = dict(ckpt.tensors)
     has_pre, classes = "pre_logits/kernel" in tensors, ckpt.classes
+    pooled = config.include_top or config.pooling is not None
+    if not (pooled and config.head_pooling == "map"):  # the model has no MAP head
+        tensors = {k: v for k, v in tensors.items() if not k.startswith(MAP)}
+    if not (config.include_top and config.distillation_head):
+        for key in HEAD_DIST:
+            tensors.pop(key, None)
     if not config.include_top:
         for key in HEAD + PRE_LOGITS:
             tensors.pop(key, None)
@@ -65,7 +71,7 @@ def select_head(ckpt, config):
             tensors.pop(key, None)
     if classes == config.classes and has_pre == want_pre:
         return tensors, False
-    for key in HEAD:
+    for key in HEAD + HEAD_DIST:
         tensors.pop(key, None)
     if classes is None:
         reason = "the checkpoint has no head"
@@ -80,14 +86,14 @@ def select_head(ckpt, config):
     return tensors, True
 
 
-def _resized_posemb(posemb, old_grid, new_grid, method):
+def _resized_posemb(posemb, old_grid, new_grid, method, prefix):
     if old_grid == tuple(new_grid):
         return posemb
     logger.info("Resizing position embeddings from %s to %s (%s).", old_grid, tuple(new_grid), method)
     return LazyArray(
-        (1, 1 + new_grid[0] * new_grid[1], posemb.shape[-1]),
+        (1, prefix + new_grid[0] * new_grid[1], posemb.shape[-1]),
         np.float32,
-        lambda: resize_position_embedding(posemb.load(), new_grid, old_grid=old_grid, method=method),
+        lambda: resize_position_embedding(posemb.load(), new_grid, prefix, old_grid=old_grid, method=method),
         posemb.source,
     )
 
@@ -98,7 +104,8 @@ def assign(model, ckpt, tensors, interpolation="bilinear", new=()):
     exact shape; nothing is assigned unless all do."""
     tensors = dict(tensors)
     grid = model.get_layer("posembed_input").grid_size
-    tensors[POSEMB] = _resized_posemb(tensors[POSEMB], ckpt.patch_grid, grid, interpolation)
+    if POSEMB in tensors:
+        tensors[POSEMB] = _resized_posemb(tensors[POSEMB], ckpt.patch_grid, grid, interpolation, ckpt.position_prefix)
     values = variables.from_canonical(tensors, ckpt.num_heads, f"checkpoint {ckpt.path}")
     by_path = {v.path: v for v in model.weights}
     problems = [f"{k} ({v.source}): the model has no such variable" for k, v in values.items() if k not in by_path]
@@ -141,5 +148,5 @@ def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=No
         )
     tensors, new_head = select_head(ckpt, config)
     model = build_model(config, shape, input_tensor, default_size)
-    assign(model, ckpt, tensors, interpolation, new=HEAD if new_head else ())
+    assign(model, ckpt, tensors, interpolation, new=HEAD + HEAD_DIST if new_head else ())
     return model

@@ -17,6 +17,14 @@ MLP = BLOCK + "MlpBlock_3/"
 QKV = ("query", "key", "value")
 HEAD = ("head/kernel", "head/bias")
 PRE_LOGITS = ("pre_logits/kernel", "pre_logits/bias")
+# The families beyond the paper (SPEC section 7), named as big_vision would: DeiT's distillation
+# token and second head, DINOv2's registers, LayerScale after attention / MLP, the MAP head.
+DIST, REG = "dist", "reg"
+HEAD_DIST = ("head_dist/kernel", "head_dist/bias")
+LAYER_SCALE = (BLOCK + "LayerScale_1/scale", BLOCK + "LayerScale_3/scale")
+MAP = "MAPHead_0/"
+MAP_ATTN = MAP + "MultiHeadDotProductAttention_0/"
+DEFAULT_SIZE = 224
 _QUERY = Template(ATTN + "query/kernel")
 
 
@@ -70,7 +78,44 @@ class Checkpoint:
 
     @property
     def mlp_dim(self):
-        return self.shape(MLP.format(i=0) + "Dense_0/kernel")[-1]
+        return self.shape(MLP.format(i=0) + "Dense_1/kernel")[0]
+
+    @property
+    def mlp(self):
+        """"swiglu" when the first MLP layer is twice as wide as the second's input."""
+        return "swiglu" if self.shape(MLP.format(i=0) + "Dense_0/kernel")[-1] == 2 * self.mlp_dim else "gelu"
+
+    @property
+    def class_token(self):
+        return "cls" in self.tensors
+
+    @property
+    def distillation_token(self):
+        return DIST in self.tensors
+
+    @property
+    def num_registers(self):
+        return self.shape(REG)[1] if REG in self.tensors else 0
+
+    @property
+    def position_embedding(self):
+        return "learned" if POSEMB in self.tensors else "sincos2d"
+
+    @property
+    def layer_scale(self):
+        return LAYER_SCALE[0].format(i=0) in self.tensors
+
+    @property
+    def position_prefix(self):
+        """Rows of the position embedding before the patches' (class, distillation token)."""
+        return int(self.class_token) + int(self.distillation_token)
+
+    @property
+    def head_pooling(self):
+        """What the checkpoint's head (or pooled output) reads."""
+        if MAP + "probe" in self.tensors:
+            return "map"
+        return self.pooling or ("token" if self.class_token else "avg")
 
     @property
     def classes(self):
@@ -82,7 +127,9 @@ class Checkpoint:
 
     @property
     def patch_grid(self):
-        rows = self.shape(POSEMB)[1] - 1
+        if POSEMB not in self.tensors:  # fixed sin-cos embeddings: the file's grid, else 224 px
+            return tuple(self.grid or (DEFAULT_SIZE // self.patch_size,) * 2)
+        rows = self.shape(POSEMB)[1] - self.position_prefix
         try:
             return grid_size_of(rows, self.grid)
         except ValueError as error:
@@ -95,7 +142,7 @@ class Checkpoint:
     def require_class_token_head(self, format_name):
         """Raises ValueError if the head reads pooled patch tokens: `format_name`'s reads the
         class token, so writing it there would change the model's logits."""
-        if self.pooling == "avg" and self.classes:
+        if self.head_pooling != "token" and self.classes:
             raise ValueError(
                 f"{self.path}: the head reads the mean of the patch tokens (pooling='avg'); the "
                 f"{format_name} format's head reads the class token. Export a model with "
@@ -111,6 +158,13 @@ class Checkpoint:
             num_heads=self.num_heads,
             mlp_dim=self.mlp_dim,
             representation_size=self.representation_size,
+            class_token=self.class_token,
+            distillation_token=self.distillation_token,
+            distillation_head=HEAD_DIST[0] in self.tensors,
+            num_registers=self.num_registers,
+            position_embedding=self.position_embedding,
+            layer_scale_init=1.0 if self.layer_scale else None,
+            mlp=self.mlp,
         )
 
 
