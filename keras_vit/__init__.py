@@ -20,6 +20,7 @@ _EXPORTS = {
     "list_weights": "keras_vit.weights",
     "features": "keras_vit.inspect.features",
     "feature_extractor": "keras_vit.inspect.features",
+    "from_checkpoint": "keras_vit.applications.from_checkpoint",
     **{
         name: "keras_vit.applications"
         for name in [

@@ -90,7 +90,7 @@ def prepare(raw):
     return tensors
 
 
-def _gelu(config):
+def gelu(config):
     act = config.get("hidden_act", "gelu")
     if act in TANH_GELU_ACTS:
         return True
@@ -107,7 +107,7 @@ def metadata(raw, tensors):
         size = size if isinstance(size, (list, tuple)) else (size, size)
         grid = tuple(s // config["patch_size"] for s in size)
     return Metadata(
-        approximate_gelu=_gelu(config),
+        approximate_gelu=gelu(config),
         num_heads=config.get("num_attention_heads"),
         grid=grid,
         layer_norm_epsilon=config.get("layer_norm_eps"),

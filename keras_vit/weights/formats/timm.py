@@ -25,12 +25,12 @@ from keras_vit.weights.transforms import (
 )
 
 
-def _fused_qkv_to_canonical(arrays, heads):
+def fused_qkv_to_canonical(arrays, heads):
     weights, biases = split_rows(arrays[:1], heads), split_rows(arrays[1:], heads)
     return linear_to_heads(weights, heads) + bias_to_heads(biases, heads)
 
 
-def _fused_qkv_from_canonical(arrays, heads):
+def fused_qkv_from_canonical(arrays, heads):
     weights, biases = heads_to_linear(arrays[:3], heads), heads_to_bias(arrays[3:], heads)
     return join_rows(weights, heads) + join_rows(biases, heads)
 
@@ -65,8 +65,8 @@ TABLE = Table(
         Row(
             tuple(ATTN + f"{n}/kernel" for n in QKV) + tuple(ATTN + f"{n}/bias" for n in QKV),
             ("blocks.{i}.attn.qkv.weight", "blocks.{i}.attn.qkv.bias"),
-            _fused_qkv_to_canonical,
-            _fused_qkv_from_canonical,
+            fused_qkv_to_canonical,
+            fused_qkv_from_canonical,
         ),
     )
     + BIT_STEM
