@@ -7,7 +7,7 @@ and LayerNorm epsilon, as for the paper's ViT (`formats.huggingface`)."""
 from keras_vit.weights.canonical import ATTN, DIST, LAYER_SCALE, MAP, MAP_ATTN, QKV, REG, Metadata
 from keras_vit.weights.formats import huggingface
 from keras_vit.weights.formats.base import Format
-from keras_vit.weights.formats.common import linear_row, norm_rows, torch_rows
+from keras_vit.weights.formats.common import linear_row, torch_rows
 from keras_vit.weights.formats.timm import fused_qkv_from_canonical, fused_qkv_to_canonical
 from keras_vit.weights.table import Row, Table, pairs
 from keras_vit.weights.transforms import heads_to_linear_and_bias, heads_to_out, linear_and_bias_to_heads, out_to_heads
@@ -108,8 +108,9 @@ def _refuse_head(tensors, raw, what):
 
 
 def prepare_deit(raw):
-    """Strips `deit.`, names the teacher model's class-token head as the plain classifier's."""
-    tensors = _strip(raw, ("deit.",), drop=("embeddings.mask_token",))
+    """Strips `deit.`, renames transformers-5 keys, names the teacher model's class-token head
+    as the plain classifier's."""
+    tensors = huggingface.V5_NAMES.rename(_strip(raw, ("deit.",), drop=("embeddings.mask_token",)))
     return {("classifier." + k[len("cls_classifier."):] if k.startswith("cls_classifier.") else k): v
             for k, v in tensors.items()}
 
