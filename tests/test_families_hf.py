@@ -2,6 +2,7 @@
 loaded from transformers folders saved with random weights, and from the same weights written
 under timm's key names, against transformers' own outputs."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -49,7 +50,7 @@ def x():
 
 
 def _close(actual, expected):
-    np.testing.assert_allclose(np.asarray(actual), expected, atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(actual), expected, atol=TOLERANCE, rtol=0)
 
 
 @pytest.fixture(scope="module")
