@@ -24,6 +24,12 @@ HEAD_DIST = ("head_dist/kernel", "head_dist/bias")
 LAYER_SCALE = (BLOCK + "LayerScale_1/scale", BLOCK + "LayerScale_3/scale")
 MAP = "MAPHead_0/"
 MAP_ATTN = MAP + "MultiHeadDotProductAttention_0/"
+MAP_KEYS = (
+    MAP + "probe",
+    *(MAP_ATTN + f"{n}/{p}" for n in (*QKV, "out") for p in ("kernel", "bias")),
+    MAP + "LayerNorm_0/scale", MAP + "LayerNorm_0/bias",
+    *(MAP + f"MlpBlock_0/Dense_{j}/{p}" for j in (0, 1) for p in ("kernel", "bias")),
+)
 DEFAULT_SIZE = 224
 _QUERY = Template(ATTN + "query/kernel")
 
@@ -111,11 +117,15 @@ class Checkpoint:
         return int(self.class_token) + int(self.distillation_token)
 
     @property
+    def inferred_pooling(self):
+        """What a head on these keys reads when the file says nothing else: the MAP head's
+        output, else the class token, else the mean of the patch tokens."""
+        return "map" if MAP + "probe" in self.tensors else "token" if self.class_token else "avg"
+
+    @property
     def head_pooling(self):
         """What the checkpoint's head (or pooled output) reads."""
-        if MAP + "probe" in self.tensors:
-            return "map"
-        return self.pooling or ("token" if self.class_token else "avg")
+        return "map" if MAP + "probe" in self.tensors else self.pooling or self.inferred_pooling
 
     @property
     def classes(self):
@@ -140,13 +150,14 @@ class Checkpoint:
         return stems.stem_of_keys(self.tensors)
 
     def require_class_token_head(self, format_name):
-        """Raises ValueError if the head reads pooled patch tokens: `format_name`'s reads the
-        class token, so writing it there would change the model's logits."""
-        if self.head_pooling != "token" and self.classes:
+        """Raises ValueError if the head reads other tokens than a head on these keys does in
+        `format_name` (the class token if there is one), which would change the logits."""
+        if self.classes and self.head_pooling != self.inferred_pooling:
+            reads = {"token": "the class token", "avg": "the mean of the patch tokens"}[self.inferred_pooling]
             raise ValueError(
-                f"{self.path}: the head reads the mean of the patch tokens (pooling='avg'); the "
-                f"{format_name} format's head reads the class token. Export a model with "
-                "pooling='token', or without its head (include_top=False)."
+                f"{self.path}: the head reads pooling='{self.head_pooling}'; the {format_name} format's "
+                f"head on these weights reads {reads}. Export a model with pooling='{self.inferred_pooling}', "
+                "or without its head (include_top=False)."
             )
 
     def architecture(self):
