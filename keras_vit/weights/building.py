@@ -11,6 +11,7 @@ from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import stems, variables
 from keras_vit.weights.canonical import ATTN, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS
 from keras_vit.weights.lazy import LazyArray
+from keras_vit.weights.patch_resize import resized_patch_kernel
 
 logger = logging.getLogger("keras_vit.weights")
 
@@ -26,9 +27,9 @@ def _mismatch(ckpt, key, expected):
 
 def check_architecture(ckpt, config):
     """Raises ValueError naming every key whose shape does not fit `config`."""
-    p, d, m, h = config.patch_size, config.hidden_dim, config.mlp_dim, config.num_heads
+    d, m, h = config.hidden_dim, config.mlp_dim, config.num_heads
     problems = [
-        _mismatch(ckpt, "embedding/kernel", (p, p, None, d)),
+        _mismatch(ckpt, "embedding/kernel", (None, None, None, d)),
         _mismatch(ckpt, MLP.format(i=0) + "Dense_0/kernel", (d, 2 * m if config.mlp == "swiglu" else m)),
     ]
     if d % h == 0:
@@ -39,6 +40,8 @@ def check_architecture(ckpt, config):
             f"{ckpt.depth - 1}), the model has {config.depth}"
         )
     stem, model_stem = ckpt.stem, config.stem
+    if model_stem is not None and ckpt.patch_size != config.patch_size:
+        problems.append(f"the checkpoint's patch size is {ckpt.patch_size}, the model's {config.patch_size} (after a stem)")
     if stem is not None and model_stem is None:
         problems.append(f"the checkpoint has a {stem.name} stem ({', '.join(stem.canonical_prefixes)}); the model has none")
     if model_stem is not None and stem is not stems.stem_of_layer(model_stem):
@@ -128,7 +131,9 @@ def assign(model, ckpt, tensors, interpolation="bilinear", new=()):
 def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=None, input_tensor=None):
     """The model for the `ViTConfig` `config` holding `ckpt`'s weights. Defaults follow the
     checkpoint: input size (its resolution), GELU flavour (tanh for the original npz files,
-    exact for timm / Hugging Face) and LayerNorm epsilon."""
+    exact for timm / Hugging Face) and LayerNorm epsilon. Another patch size than the
+    checkpoint's resizes the patch embedding (FlexiViT) and, at the same resolution, the
+    position embeddings."""
     check_architecture(ckpt, config)
     config = dataclasses.replace(
         config,
@@ -137,7 +142,7 @@ def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=No
         layer_norm_epsilon=(ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON)
         if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
     )
-    default_size = tuple(g * config.stride for g in ckpt.patch_grid)
+    default_size = tuple(g * ckpt.patch_size * (config.stride // config.patch_size) for g in ckpt.patch_grid)
     if input_shape is None and input_tensor is None:
         input_shape = (*default_size, ckpt.channels if config.stem is None else 3)
     shape = image_shape(input_shape, input_tensor, config.stride, need_rgb=False)
@@ -147,6 +152,9 @@ def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=No
             f"{ckpt.shape('embedding/kernel')} takes {ckpt.channels}."
         )
     tensors, new_head = select_head(ckpt, config)
+    if ckpt.patch_size != config.patch_size:
+        logger.info("Resizing the patch embedding from %d to %d pixels (FlexiViT).", ckpt.patch_size, config.patch_size)
+        tensors["embedding/kernel"] = resized_patch_kernel(tensors["embedding/kernel"], config.patch_size)
     model = build_model(config, shape, input_tensor, default_size)
     assign(model, ckpt, tensors, interpolation, new=HEAD + HEAD_DIST if new_head else ())
     return model
