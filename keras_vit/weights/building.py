@@ -29,7 +29,7 @@ def check_architecture(ckpt, config):
     """Raises ValueError naming every key whose shape does not fit `config`."""
     d, m, h = config.hidden_dim, config.mlp_dim, config.num_heads
     problems = [
-        _mismatch(ckpt, "embedding/kernel", (None, None, None, d)),
+        _mismatch(ckpt, "embedding/kernel", (ckpt.patch_size, ckpt.patch_size, None, d)),  # any patch size loads
         _mismatch(ckpt, MLP.format(i=0) + "Dense_0/kernel", (d, 2 * m if config.mlp == "swiglu" else m)),
     ]
     if d % h == 0:
