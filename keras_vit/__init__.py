@@ -9,6 +9,7 @@ model, so that `--help` and `list-models` start without Keras (and TensorFlow).
 import os
 import sys
 
+from keras_vit.family_variants import FAMILIES
 from keras_vit.variants import list_models
 from keras_vit.lazy_imports import lazy_package
 
@@ -20,6 +21,8 @@ _EXPORTS = {
     "list_weights": "keras_vit.weights",
     "features": "keras_vit.inspect.features",
     "feature_extractor": "keras_vit.inspect.features",
+    "from_checkpoint": "keras_vit.applications.from_checkpoint",
+    **dict.fromkeys(FAMILIES, "keras_vit.applications.families"),
     **{
         name: "keras_vit.applications"
         for name in [

@@ -15,15 +15,27 @@ import keras
 from keras_vit import matmul_precision
 from keras_vit.torch_compile import compile_once
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
+from keras_vit.layers.learned_tokens import LearnedTokens
+from keras_vit.layers.map_head import MAPHead
+from keras_vit.layers.sincos_position_embedding import SinCosPositionEmbedding
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS, variant  # noqa: F401  (part of this module's interface)
 
 DEFAULT_SIZE = 224
+POOLINGS = ("token", "avg", "map")
+POSITION_EMBEDDINGS = {"learned": PositionEmbedding, "sincos2d": SinCosPositionEmbedding}
 
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
     """Everything `build_model` needs (the arguments of `VisionTransformer` except the
     input and the weights). `approximate_gelu` / `layer_norm_epsilon` None mean "the
-    checkpoint's own" until the loader (or the builder, without weights) resolves them."""
+    checkpoint's own" until the loader (or the builder, without weights) resolves them.
+
+    The options of the families beyond the paper (SPEC section 7): `class_token` (False: the
+    class-token-free models, pooled by "avg" or "map"), `distillation_token` (DeiT's, after the
+    class token) with `distillation_head` (a second head on it; the logits are the mean of
+    both heads), `num_registers` (DINOv2's register tokens, after those, with no position
+    embedding), `position_embedding` ("learned" or the fixed "sincos2d"),
+    `layer_scale_init` (LayerScale in every block, None: none) and `mlp` ("gelu", "swiglu")."""
 
     patch_size: int = 16
     hidden_dim: int = 768
@@ -44,6 +56,13 @@ class ViTConfig:
     seed: Optional[int] = None
     remat: bool = False
     name: str = "vision_transformer"
+    class_token: bool = True
+    distillation_token: bool = False
+    distillation_head: bool = False
+    num_registers: int = 0
+    position_embedding: str = "learned"
+    layer_scale_init: Optional[float] = None
+    mlp: str = "gelu"
 
     def __post_init__(self):
         epsilon = self.layer_norm_epsilon  # a builder argument, or a checkpoint's once resolved
@@ -55,6 +74,40 @@ class ViTConfig:
     def stride(self):
         """Input pixels per token along each side: the patch size times the stem's stride."""
         return self.patch_size * (self.stem.stride if self.stem is not None else 1)
+
+    def __post_init__(self):
+        problem = None
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            problem = f"Unknown pooling={self.pooling!r}; expected one of {POOLINGS} or None."
+        elif self.position_embedding not in POSITION_EMBEDDINGS:
+            problem = f"Unknown position_embedding={self.position_embedding!r}; expected one of {tuple(POSITION_EMBEDDINGS)}."
+        elif self.pooling == "token" and not self.class_token:
+            problem = "pooling='token' reads the class token; with class_token=False use 'avg' or 'map'."
+        elif self.distillation_token and not self.class_token:
+            problem = "distillation_token=True needs the class token before it (class_token=True)."
+        elif self.distillation_head and not self.distillation_token:
+            problem = "distillation_head=True needs distillation_token=True."
+        elif self.distillation_head and self.head_pooling != "token":
+            problem = "distillation_head=True averages the class token's head with the distillation token's; use pooling='token'."
+        elif isinstance(self.num_registers, bool) or not isinstance(self.num_registers, int) or self.num_registers < 0:
+            problem = f"num_registers={self.num_registers!r} must be a non-negative integer."
+        if problem:
+            raise ValueError(problem)
+
+    @property
+    def position_prefix(self):
+        """Tokens before the patches that get a position embedding: class, distillation."""
+        return int(self.class_token) + int(self.distillation_token)
+
+    @property
+    def num_prefix_tokens(self):
+        """Tokens before the patches: class, distillation and register tokens."""
+        return self.position_prefix + self.num_registers
+
+    @property
+    def head_pooling(self):
+        """What the head (or `pooling=None` with a head) reads: the class token if any, else the mean."""
+        return self.pooling or ("token" if self.class_token else "avg")
 
     @property
     def architecture(self):
@@ -86,6 +139,19 @@ def image_shape(input_shape, input_tensor, stride, need_rgb):
     return input_shape
 
 
+def _pool(config, tokens):
+    """The `(batch, hidden_dim)` features the head reads (`config.head_pooling`)."""
+    if config.head_pooling == "map":
+        return MAPHead(
+            config.num_heads,
+            config.mlp_dim,
+            approximate_gelu=config.approximate_gelu,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            name="map_head",
+        )(tokens)
+    return TokenPooling(config.head_pooling, config.num_prefix_tokens, name="pooling")(tokens)
+
+
 def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SIZE, DEFAULT_SIZE)):
     """The functional model of a resolved `ViTConfig` for a validated `input_shape`.
 
@@ -105,8 +171,14 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
     patches = PatchEmbedding(config.patch_size, config.hidden_dim, name="embedding")(features)
     grid = tuple((s or d) // config.stride for s, d in zip(input_shape[:2], default_size))
     tokens = keras.layers.Reshape((-1, config.hidden_dim), name="flatten")(patches)
-    tokens = ClassToken(name="class_token")(tokens)
-    tokens = PositionEmbedding(grid, name="posembed_input")(tokens, patches)
+    if config.class_token:
+        tokens = ClassToken(name="class_token")(tokens)
+    if config.distillation_token:
+        tokens = LearnedTokens(1, offset=1, name="dist_token")(tokens)
+    position = POSITION_EMBEDDINGS[config.position_embedding]
+    tokens = position(grid, num_prefix_tokens=config.position_prefix, name="posembed_input")(tokens, patches)
+    if config.num_registers:
+        tokens = LearnedTokens(config.num_registers, offset=config.position_prefix, name="registers")(tokens)
     tokens = keras.layers.Dropout(config.dropout_rate, seed=config.seed, name="dropout", dtype="float32")(tokens)
     tokens = Encoder(
         config.depth,
@@ -119,15 +191,21 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         layer_norm_epsilon=config.layer_norm_epsilon,
         seed=config.seed,
         remat=config.remat,
+        mlp=config.mlp,
+        layer_scale_init=config.layer_scale_init,
         name="encoder",
     )(tokens)
     outputs = tokens
     if config.include_top or config.pooling is not None:
-        outputs = TokenPooling(config.pooling or "token", name="pooling")(tokens)
+        outputs = _pool(config, tokens)
     if config.include_top:
         if config.representation_size:
             outputs = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")(outputs)
         outputs = keras.layers.Dense(config.classes, kernel_initializer="zeros", name="head")(outputs)
+        if config.distillation_head:
+            dist = TokenPooling("distillation", name="dist_pooling")(tokens)
+            dist = keras.layers.Dense(config.classes, kernel_initializer="zeros", name="head_dist")(dist)
+            outputs = keras.layers.Average(name="head_average")([outputs, dist])
         outputs = keras.layers.Activation(
             config.classifier_activation or "linear", dtype="float32", name="predictions"
         )(outputs)

@@ -33,4 +33,6 @@ HYBRIDS = ("R50ViTB16",)
 
 def list_models():
     """The names of every model builder, e.g. "ViTB16" (`keras_vit.ViTB16`)."""
-    return [*VARIANTS, *HYBRIDS]
+    from keras_vit.family_variants import FAMILIES
+
+    return [*VARIANTS, *HYBRIDS, *FAMILIES]

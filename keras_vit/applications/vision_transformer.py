@@ -6,7 +6,6 @@ import numbers
 import keras
 
 from keras_vit.architecture import VARIANTS, ViTConfig, build_model, image_shape, variant
-from keras_vit.layers.pooling import POOLINGS
 from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON
 from keras_vit.weights import build_with_weights
 
@@ -53,6 +52,13 @@ def VisionTransformer(
     seed=None,
     remat=False,
     name="vision_transformer",
+    class_token=True,
+    distillation_token=False,
+    distillation_head=None,
+    num_registers=0,
+    position_embedding="learned",
+    layer_scale_init=None,
+    mlp="gelu",
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., 2021) as a functional `keras.Model`.
 
@@ -65,9 +71,11 @@ def VisionTransformer(
         input_shape: `(height, width, channels)`, default `(224, 224, 3)`; height and width
             must be multiples of the patch size, or None for any size (the position
             embeddings are then interpolated at run time).
-        pooling: `"token"` (class token), `"avg"` (mean of the patch tokens) or None. With
-            `include_top=False`, None returns the whole `(batch, 1 + patches, hidden_dim)`
-            token sequence. With `include_top=True` it picks the head's input (default token).
+        pooling: `"token"` (class token), `"avg"` (mean of the patch tokens), `"map"`
+            (multi-head attention pooling) or None. With `include_top=False`, None returns
+            the whole `(batch, prefix + patches, hidden_dim)` token sequence. With
+            `include_top=True` it picks the head's input (default: the class token if the
+            model has one, else the mean).
         classes: number of classes of the head.
         classifier_activation: activation of the head's output; None returns logits.
         dropout_rate, attention_dropout_rate, drop_path_rate: regularisation.
@@ -83,12 +91,20 @@ def VisionTransformer(
             storing them (activation checkpointing: larger batches for about 1/3 more
             compute; same numbers).
         name: model name.
+        class_token: prepend the learned class token (False: the class-token-free models
+            of the paper's App. D.3, big_vision and SigLIP).
+        distillation_token: DeiT's distillation token after the class token.
+        distillation_head: a second head on the distillation token, the logits being the
+            mean of both heads (DeiT distilled); None: the same as `distillation_token`.
+        num_registers: register tokens (DINOv2) after those, without position embedding.
+        position_embedding: `"learned"` or the fixed 2-D `"sincos2d"` (big_vision).
+        layer_scale_init: initial LayerScale of every residual branch (DeiT III, DINOv2);
+            None: no LayerScale.
+        mlp: `"gelu"` (the paper's) or `"swiglu"` (DINOv2 g/14).
     """
     _check_architecture(
         patch_size=patch_size, hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim
     )
-    if pooling is not None and pooling not in POOLINGS:
-        raise ValueError(f"Unknown pooling={pooling!r}; expected one of {POOLINGS} or None.")
     if include_top:
         _validate_activation(classifier_activation)
         if not isinstance(classes, int) or classes < 1:
@@ -113,6 +129,13 @@ def VisionTransformer(
         seed=seed,
         remat=remat,
         name=name,
+        class_token=class_token,
+        distillation_token=distillation_token,
+        distillation_head=distillation_token if distillation_head is None else distillation_head,
+        num_registers=num_registers,
+        position_embedding=position_embedding,
+        layer_scale_init=layer_scale_init,
+        mlp=mlp,
     )
     if weights is None:
         config = dataclasses.replace(

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.inspect.model_parts import check_images, embedding_layer, encoder_layer, position_layer
+from keras_vit.inspect.model_parts import check_images, embedding_layer, encoder_layer, has_class_token, prefix_tokens
 
 
 def attention_weights(model, images, batch_size=16):
@@ -54,8 +54,8 @@ def attention_rollout(model, images, batch_size=16):
     bilinearly resized to the image: `(batch, height, width)` float32 masks in [0, 1], to be
     multiplied with the image.
     """
-    prefix = position_layer(model).num_prefix_tokens
-    if prefix < 1:
+    prefix = prefix_tokens(model)
+    if not has_class_token(model):
         raise ValueError("attention_rollout follows the class token; this model has none.")
     maps = []
     for weights, (rows, cols), _ in attention_weights(model, images, batch_size):
@@ -103,7 +103,7 @@ def attention_distance(weights, grid, patch_pixels, num_prefix_tokens=1):
 def mean_attention_distance(model, images, batch_size=16):
     """Mean attention distance (paper Fig. 7 right): `(layers, heads)` in pixels, averaged
     over `images` (the paper averages over 128 images). See `attention_distance`."""
-    prefix = position_layer(model).num_prefix_tokens
+    prefix = prefix_tokens(model)
     total, count = 0.0, 0
     for weights, grid, pixels in attention_weights(model, images, batch_size):
         batch = weights[0].shape[0]

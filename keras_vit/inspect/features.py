@@ -7,7 +7,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.inspect.model_parts import check_images, embedding_layer, encoder_layer, position_layer
+from keras_vit.inspect.model_parts import check_images, embedding_layer, encoder_layer, prefix_tokens
 from keras_vit.layers.token_grid import TokenGrid
 
 
@@ -43,8 +43,8 @@ def feature_extractor(model, layers=None, *, norm=False, grid=False, name=None):
         layers: encoder block index (0 = first block, -1 = the last), a list of them, or None
             for every block. Block `i`'s output is transformers' `hidden_states[i + 1]`.
         norm: apply the encoder's final LayerNorm (then block -1 gives the encoder's output).
-        grid: return the patch tokens as `(batch, h, w, width)` grids, without the class token;
-            else the whole `(batch, 1 + h*w, width)` sequence.
+        grid: return the patch tokens as `(batch, h, w, width)` grids, without the class
+            (distillation, register) tokens; else the whole `(batch, prefix + h*w, width)` sequence.
         name: name of the returned model.
 
     Returns a model with one output for an index, a list of outputs otherwise. It can be
@@ -59,7 +59,7 @@ def feature_extractor(model, layers=None, *, norm=False, grid=False, name=None):
     if norm:
         outputs = [encoder.encoder_norm(x) for x in outputs]
     if grid:
-        to_grid = TokenGrid(position_layer(model).num_prefix_tokens, name="token_grid")
+        to_grid = TokenGrid(prefix_tokens(model), name="token_grid")
         outputs = [to_grid(x, embedding_layer(model).output) for x in outputs]
     return keras.Model(model.input, outputs[0] if _is_index(layers) else outputs, name=name or f"{model.name}_features")
 

@@ -23,6 +23,17 @@ def position_layer(model):
     return _layer(model, "posembed_input")
 
 
+def prefix_tokens(model):
+    """Tokens before the patch tokens: class, distillation and register tokens."""
+    names = [layer.name for layer in model.layers]
+    registers = model.get_layer("registers").num_tokens if "registers" in names else 0
+    return position_layer(model).num_prefix_tokens + registers
+
+
+def has_class_token(model):
+    return "class_token" in [layer.name for layer in model.layers]
+
+
 def encoder_layer(model):
     return _layer(model, "encoder")
 

@@ -19,7 +19,8 @@ class Encoder(Float32Stream, keras.layers.Layer):
     activations in the backward pass instead of keeping them (less memory for about a
     third more compute) when training, through `keras.remat`
     (`jax.checkpoint`, `torch.utils.checkpoint`; `tf.recompute_grad` only for blocks without
-    dropout / stochastic depth).
+    dropout / stochastic depth). `mlp` and `layer_scale_init` are passed to every
+    `TransformerBlock`.
     """
 
     def __init__(
@@ -34,6 +35,8 @@ class Encoder(Float32Stream, keras.layers.Layer):
         layer_norm_epsilon=LAYER_NORM_EPSILON,
         seed=None,
         remat=False,
+        mlp="gelu",
+        layer_scale_init=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -47,6 +50,8 @@ class Encoder(Float32Stream, keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.seed = seed
         self.remat = bool(remat)
+        self.mlp = mlp
+        self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
         self.blocks = [
             TransformerBlock(
                 num_heads,
@@ -57,6 +62,8 @@ class Encoder(Float32Stream, keras.layers.Layer):
                 approximate_gelu,
                 layer_norm_epsilon,
                 seed=None if seed is None else seed + i,
+                mlp=mlp,
+                layer_scale_init=self.layer_scale_init,
                 name=f"encoderblock_{i}",
                 dtype=self.dtype_policy,
             )
@@ -111,4 +118,6 @@ class Encoder(Float32Stream, keras.layers.Layer):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "seed": self.seed,
             "remat": self.remat,
+            "mlp": self.mlp,
+            "layer_scale_init": self.layer_scale_init,
         }

@@ -5,15 +5,22 @@ from keras import ops
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.mlp import MLPBlock
 from keras_vit.layers.residual import Float32Stream
 from keras_vit.layers.sublayer import run
+from keras_vit.layers.swiglu import SwiGLUBlock
 from keras_vit.variants import LAYER_NORM_EPSILON
+
+MLPS = ("gelu", "swiglu")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class TransformerBlock(Float32Stream, keras.layers.Layer):
     """`x + MSA(LN(x))`, then `x + MLP(LN(x))`, with dropout and optional stochastic depth.
+
+    `mlp="swiglu"` uses `SwiGLUBlock` instead of the GELU MLP; `layer_scale_init` (a float)
+    scales each branch by a learned `LayerScale` (`ls_1`, `ls_2`) starting at that value.
 
     LayerNorm runs in float32 under mixed precision (Keras' LayerNormalization upcasts), and
     so does the residual stream `x` (`Float32Stream`).
@@ -29,6 +36,8 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         approximate_gelu=True,
         layer_norm_epsilon=LAYER_NORM_EPSILON,
         seed=None,
+        mlp="gelu",
+        layer_scale_init=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -40,6 +49,10 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         self.approximate_gelu = bool(approximate_gelu)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.seed = seed
+        if mlp not in MLPS:
+            raise ValueError(f"Unknown mlp={mlp!r}; expected one of {MLPS}.")
+        self.mlp_kind = mlp
+        self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
         policy = self.dtype_policy
         self.ln_1 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln_1", dtype=policy)
         self.attention = MultiHeadSelfAttention(
@@ -47,12 +60,23 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=policy)
         self.ln_2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln_2", dtype=policy)
-        self.mlp = MLPBlock(mlp_dim, dropout_rate, approximate_gelu, seed=seed, name="mlp", dtype=policy)
+        if mlp == "swiglu":
+            self.mlp = SwiGLUBlock(mlp_dim, dropout_rate, seed=seed, name="mlp", dtype=policy)
+        else:
+            self.mlp = MLPBlock(mlp_dim, dropout_rate, approximate_gelu, seed=seed, name="mlp", dtype=policy)
         self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy)
+        self.scales = ()
+        if self.layer_scale_init is not None:
+            self.scales = tuple(
+                LayerScale(self.layer_scale_init, name=f"ls_{j}", dtype=policy) for j in (1, 2)
+            )
 
     def build(self, input_shape):
-        for layer in (self.ln_1, self.attention, self.dropout, self.ln_2, self.mlp, self.drop_path):
+        for layer in (self.ln_1, self.attention, self.dropout, self.ln_2, self.mlp, self.drop_path, *self.scales):
             layer.build(input_shape)
+
+    def _scaled(self, j, y):
+        return run(self.scales[j], y) if self.scales else y
 
     def call(self, x, training=None, return_attention_weights=False):
         y = run(
@@ -61,9 +85,9 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         if return_attention_weights:
             y, weights = y
         # ops.add promotes the bfloat16 branch to the float32 stream (TensorFlow's `+` does not).
-        y = run(self.dropout, y, training=training)
+        y = self._scaled(0, run(self.dropout, y, training=training))
         x = ops.add(x, run(self.drop_path, y, training=training))
-        y = run(self.mlp, run(self.ln_2, x), training=training)
+        y = self._scaled(1, run(self.mlp, run(self.ln_2, x), training=training))
         x = ops.add(x, run(self.drop_path, y, training=training))
         return (x, weights) if return_attention_weights else x
 
@@ -81,4 +105,6 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
             "approximate_gelu": self.approximate_gelu,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "seed": self.seed,
+            "mlp": self.mlp_kind,
+            "layer_scale_init": self.layer_scale_init,
         }

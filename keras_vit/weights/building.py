@@ -9,8 +9,9 @@ from keras_vit.architecture import build_model, image_shape
 from keras_vit.layers.position_embedding import resize_position_embedding
 from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import stems, variables
-from keras_vit.weights.canonical import ATTN, HEAD, MLP, POSEMB, PRE_LOGITS
+from keras_vit.weights.canonical import ATTN, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS
 from keras_vit.weights.lazy import LazyArray
+from keras_vit.weights.patch_resize import resized_patch_kernel
 
 logger = logging.getLogger("keras_vit.weights")
 
@@ -26,10 +27,10 @@ def _mismatch(ckpt, key, expected):
 
 def check_architecture(ckpt, config):
     """Raises ValueError naming every key whose shape does not fit `config`."""
-    p, d, m, h = config.patch_size, config.hidden_dim, config.mlp_dim, config.num_heads
+    d, m, h = config.hidden_dim, config.mlp_dim, config.num_heads
     problems = [
-        _mismatch(ckpt, "embedding/kernel", (p, p, None, d)),
-        _mismatch(ckpt, MLP.format(i=0) + "Dense_0/kernel", (d, m)),
+        _mismatch(ckpt, "embedding/kernel", (ckpt.patch_size, ckpt.patch_size, None, d)),  # any patch size loads
+        _mismatch(ckpt, MLP.format(i=0) + "Dense_0/kernel", (d, 2 * m if config.mlp == "swiglu" else m)),
     ]
     if d % h == 0:
         problems.append(_mismatch(ckpt, ATTN.format(i=0) + "query/kernel", (d, h, d // h)))
@@ -39,6 +40,8 @@ def check_architecture(ckpt, config):
             f"{ckpt.depth - 1}), the model has {config.depth}"
         )
     stem, model_stem = ckpt.stem, config.stem
+    if model_stem is not None and ckpt.patch_size != config.patch_size:
+        problems.append(f"the checkpoint's patch size is {ckpt.patch_size}, the model's {config.patch_size} (after a stem)")
     if stem is not None and model_stem is None:
         problems.append(f"the checkpoint has a {stem.name} stem ({', '.join(stem.canonical_prefixes)}); the model has none")
     if model_stem is not None and stem is not stems.stem_of_layer(model_stem):
@@ -55,6 +58,12 @@ def select_head(ckpt, config):
     for. Logs when the model gets a new zero-initialised head."""
     tensors = dict(ckpt.tensors)
     has_pre, classes = "pre_logits/kernel" in tensors, ckpt.classes
+    pooled = config.include_top or config.pooling is not None
+    if not (pooled and config.head_pooling == "map"):  # the model has no MAP head
+        tensors = {k: v for k, v in tensors.items() if not k.startswith(MAP)}
+    if not (config.include_top and config.distillation_head):
+        for key in HEAD_DIST:
+            tensors.pop(key, None)
     if not config.include_top:
         for key in HEAD + PRE_LOGITS:
             tensors.pop(key, None)
@@ -65,7 +74,7 @@ def select_head(ckpt, config):
             tensors.pop(key, None)
     if classes == config.classes and has_pre == want_pre:
         return tensors, False
-    for key in HEAD:
+    for key in HEAD + HEAD_DIST:
         tensors.pop(key, None)
     if classes is None:
         reason = "the checkpoint has no head"
@@ -80,14 +89,14 @@ def select_head(ckpt, config):
     return tensors, True
 
 
-def _resized_posemb(posemb, old_grid, new_grid, method):
+def _resized_posemb(posemb, old_grid, new_grid, method, prefix):
     if old_grid == tuple(new_grid):
         return posemb
     logger.info("Resizing position embeddings from %s to %s (%s).", old_grid, tuple(new_grid), method)
     return LazyArray(
-        (1, 1 + new_grid[0] * new_grid[1], posemb.shape[-1]),
+        (1, prefix + new_grid[0] * new_grid[1], posemb.shape[-1]),
         np.float32,
-        lambda: resize_position_embedding(posemb.load(), new_grid, old_grid=old_grid, method=method),
+        lambda: resize_position_embedding(posemb.load(), new_grid, prefix, old_grid=old_grid, method=method),
         posemb.source,
     )
 
@@ -98,7 +107,8 @@ def assign(model, ckpt, tensors, interpolation="bilinear", new=()):
     exact shape; nothing is assigned unless all do."""
     tensors = dict(tensors)
     grid = model.get_layer("posembed_input").grid_size
-    tensors[POSEMB] = _resized_posemb(tensors[POSEMB], ckpt.patch_grid, grid, interpolation)
+    if POSEMB in tensors:
+        tensors[POSEMB] = _resized_posemb(tensors[POSEMB], ckpt.patch_grid, grid, interpolation, ckpt.position_prefix)
     values = variables.from_canonical(tensors, ckpt.num_heads, f"checkpoint {ckpt.path}")
     by_path = {v.path: v for v in model.weights}
     problems = [f"{k} ({v.source}): the model has no such variable" for k, v in values.items() if k not in by_path]
@@ -121,7 +131,9 @@ def assign(model, ckpt, tensors, interpolation="bilinear", new=()):
 def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=None, input_tensor=None):
     """The model for the `ViTConfig` `config` holding `ckpt`'s weights. Defaults follow the
     checkpoint: input size (its resolution), GELU flavour (tanh for the original npz files,
-    exact for timm / Hugging Face) and LayerNorm epsilon."""
+    exact for timm / Hugging Face) and LayerNorm epsilon. Another patch size than the
+    checkpoint's resizes the patch embedding (FlexiViT) and, at the same resolution, the
+    position embeddings."""
     check_architecture(ckpt, config)
     config = dataclasses.replace(
         config,
@@ -130,7 +142,7 @@ def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=No
         layer_norm_epsilon=(ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON)
         if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
     )
-    default_size = tuple(g * config.stride for g in ckpt.patch_grid)
+    default_size = tuple(g * ckpt.patch_size * (config.stride // config.patch_size) for g in ckpt.patch_grid)
     if input_shape is None and input_tensor is None:
         input_shape = (*default_size, ckpt.channels if config.stem is None else 3)
     shape = image_shape(input_shape, input_tensor, config.stride, need_rgb=False)
@@ -140,6 +152,9 @@ def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=No
             f"{ckpt.shape('embedding/kernel')} takes {ckpt.channels}."
         )
     tensors, new_head = select_head(ckpt, config)
+    if ckpt.patch_size != config.patch_size:
+        logger.info("Resizing the patch embedding from %d to %d pixels (FlexiViT).", ckpt.patch_size, config.patch_size)
+        tensors["embedding/kernel"] = resized_patch_kernel(tensors["embedding/kernel"], config.patch_size)
     model = build_model(config, shape, input_tensor, default_size)
-    assign(model, ckpt, tensors, interpolation, new=HEAD if new_head else ())
+    assign(model, ckpt, tensors, interpolation, new=HEAD + HEAD_DIST if new_head else ())
     return model

@@ -19,6 +19,20 @@ MLP = BLOCK + "MlpBlock_3/"
 QKV = ("query", "key", "value")
 HEAD = ("head/kernel", "head/bias")
 PRE_LOGITS = ("pre_logits/kernel", "pre_logits/bias")
+# The families beyond the paper (SPEC section 7), named as big_vision would: DeiT's distillation
+# token and second head, DINOv2's registers, LayerScale after attention / MLP, the MAP head.
+DIST, REG = "dist", "reg"
+HEAD_DIST = ("head_dist/kernel", "head_dist/bias")
+LAYER_SCALE = (BLOCK + "LayerScale_1/scale", BLOCK + "LayerScale_3/scale")
+MAP = "MAPHead_0/"
+MAP_ATTN = MAP + "MultiHeadDotProductAttention_0/"
+MAP_KEYS = (
+    MAP + "probe",
+    *(MAP_ATTN + f"{n}/{p}" for n in (*QKV, "out") for p in ("kernel", "bias")),
+    MAP + "LayerNorm_0/scale", MAP + "LayerNorm_0/bias",
+    *(MAP + f"MlpBlock_0/Dense_{j}/{p}" for j in (0, 1) for p in ("kernel", "bias")),
+)
+DEFAULT_SIZE = 224
 _QUERY = Template(ATTN + "query/kernel")
 
 
@@ -106,7 +120,48 @@ class Checkpoint:
 
     @property
     def mlp_dim(self):
-        return (self.shape(MLP.format(i=0) + "Dense_0/kernel") or [None])[-1]
+        return (self.shape(MLP.format(i=0) + "Dense_1/kernel") or [None])[0]
+
+    @property
+    def mlp(self):
+        """"swiglu" when the first MLP layer is twice as wide as the second's input."""
+        return "swiglu" if (self.shape(MLP.format(i=0) + "Dense_0/kernel") or [None])[-1] == 2 * self.mlp_dim else "gelu"
+
+    @property
+    def class_token(self):
+        return "cls" in self.tensors
+
+    @property
+    def distillation_token(self):
+        return DIST in self.tensors
+
+    @property
+    def num_registers(self):
+        return self.shape(REG)[1] if REG in self.tensors else 0
+
+    @property
+    def position_embedding(self):
+        return "learned" if POSEMB in self.tensors else "sincos2d"
+
+    @property
+    def layer_scale(self):
+        return LAYER_SCALE[0].format(i=0) in self.tensors
+
+    @property
+    def position_prefix(self):
+        """Rows of the position embedding before the patches' (class, distillation token)."""
+        return int(self.class_token) + int(self.distillation_token)
+
+    @property
+    def inferred_pooling(self):
+        """What a head on these keys reads when the file says nothing else: the MAP head's
+        output, else the class token, else the mean of the patch tokens."""
+        return "map" if MAP + "probe" in self.tensors else "token" if self.class_token else "avg"
+
+    @property
+    def head_pooling(self):
+        """What the checkpoint's head (or pooled output) reads."""
+        return "map" if MAP + "probe" in self.tensors else self.pooling or self.inferred_pooling
 
     @property
     def classes(self):
@@ -118,7 +173,9 @@ class Checkpoint:
 
     @property
     def patch_grid(self):
-        rows = self.shape(POSEMB)[1] - 1
+        if POSEMB not in self.tensors:  # fixed sin-cos embeddings: the file's grid, else 224 px
+            return tuple(self.grid or (DEFAULT_SIZE // self.patch_size,) * 2)
+        rows = self.shape(POSEMB)[1] - self.position_prefix
         try:
             return grid_size_of(rows, self.grid)
         except ValueError as error:
@@ -129,13 +186,14 @@ class Checkpoint:
         return stems.stem_of_keys(self.tensors)
 
     def require_class_token_head(self, format_name):
-        """Raises ValueError if the head reads pooled patch tokens: `format_name`'s reads the
-        class token, so writing it there would change the model's logits."""
-        if self.pooling == "avg" and self.classes:
+        """Raises ValueError if the head reads other tokens than a head on these keys does in
+        `format_name` (the class token if there is one), which would change the logits."""
+        if self.classes and self.head_pooling != self.inferred_pooling:
+            reads = {"token": "the class token", "avg": "the mean of the patch tokens"}[self.inferred_pooling]
             raise ValueError(
-                f"{self.path}: the head reads the mean of the patch tokens (pooling='avg'); the "
-                f"{format_name} format's head reads the class token. Export a model with "
-                "pooling='token', or without its head (include_top=False)."
+                f"{self.path}: the head reads pooling='{self.head_pooling}'; the {format_name} format's "
+                f"head on these weights reads {reads}. Export a model with pooling='{self.inferred_pooling}', "
+                "or without its head (include_top=False)."
             )
 
     def expected_shapes(self):
@@ -198,6 +256,13 @@ class Checkpoint:
             num_heads=self.num_heads,
             mlp_dim=self.mlp_dim,
             representation_size=self.representation_size,
+            class_token=self.class_token,
+            distillation_token=self.distillation_token,
+            distillation_head=HEAD_DIST[0] in self.tensors,
+            num_registers=self.num_registers,
+            position_embedding=self.position_embedding,
+            layer_scale_init=1.0 if self.layer_scale else None,
+            mlp=self.mlp,
         )
 
 

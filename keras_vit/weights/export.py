@@ -36,7 +36,8 @@ def model_checkpoint(model):
         for v in model.weights
     }
     tensors = variables.to_canonical(tensors, encoder.num_heads, f"model {model.name!r}")
-    pooling = model.get_layer("pooling").mode if "pooling" in [layer.name for layer in model.layers] else None
+    names = [layer.name for layer in model.layers]
+    pooling = "map" if "map_head" in names else model.get_layer("pooling").mode if "pooling" in names else None
     return Checkpoint(
         model.name, "keras", tensors, encoder.approximate_gelu, encoder.num_heads, tuple(grid),
         encoder.layer_norm_epsilon, pooling,

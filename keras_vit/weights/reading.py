@@ -13,10 +13,10 @@ CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5", ".k
 
 
 def _width(fmt, tensors, path):
-    """The model width, from the class token (under the format's own name)."""
-    key = fmt.table.key_of("cls")
+    """The model width, from the final LayerNorm (under the format's own name)."""
+    key = fmt.table.key_of("Transformer/encoder_norm/scale")
     if key not in tensors:
-        raise ValueError(f"{path}: checkpoint has no class token ({key!r}); keras_vit's ViT needs one.")
+        raise ValueError(f"{path}: checkpoint has no final LayerNorm ({key!r}).")
     return tensors[key].shape[-1]
 
 

@@ -4,7 +4,7 @@
 "keras" format (`formats.keras`, `.weights.h5` / `.keras` files)."""
 
 from keras_vit.weights import stems
-from keras_vit.weights.canonical import ATTN, BLOCK, MLP, POSEMB, QKV
+from keras_vit.weights.canonical import ATTN, BLOCK, DIST, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QKV, REG
 from keras_vit.weights.lazy import concat
 from keras_vit.weights.table import Row, Table, pairs
 from keras_vit.weights.transforms import bias_to_heads, flat, heads_of, heads_to_bias, join_rows, linear_to_heads, split_rows
@@ -43,6 +43,17 @@ def _out_kernel_from_canonical(arrays, heads):
     return [arrays[0].reshape(-1, arrays[0].shape[-1])]
 
 
+def _dense_to_heads(arrays, heads):
+    """A `(D, D)` kernel -> `(D, heads, D // heads)`, a `(D,)` bias -> `(heads, D // heads)`."""
+    kernel, bias = arrays
+    return [kernel.reshape(kernel.shape[0], heads_of(kernel, heads, "attention"), -1), bias.reshape(heads, -1)]
+
+
+def _heads_to_dense(arrays, heads):
+    kernel, bias = arrays
+    return [kernel.reshape(kernel.shape[0], -1), bias.reshape(-1)]
+
+
 def _stem_norm(canonical):
     return Row((canonical + "scale", canonical + "bias"), (STEM + canonical + "gamma", STEM + canonical + "beta"),
                None, flat, optional="{" not in canonical)
@@ -61,12 +72,31 @@ BIT_STEM = (
     _stem_norm("block{s}/unit{u}/gn_proj/"),
 )
 
+MAP_HEAD = (
+    *pairs((MAP + "probe", "map_head/probe"), optional=True),
+    *(
+        Row((MAP_ATTN + f"{n}/kernel", MAP_ATTN + f"{n}/bias"), (f"map_head/{n}/kernel", f"map_head/{n}/bias"),
+            _dense_to_heads, _heads_to_dense, optional=True)
+        for n in QKV
+    ),
+    Row(MAP_ATTN + "out/kernel", "map_head/out/kernel", _out_kernel_to_canonical, _out_kernel_from_canonical, True),
+    *pairs((MAP_ATTN + "out/bias", "map_head/out/bias"), optional=True),
+    *pairs((MAP + "LayerNorm_0/scale", "map_head/ln/gamma"), (MAP + "LayerNorm_0/bias", "map_head/ln/beta"), optional=True),
+    *pairs(*((MAP + f"MlpBlock_0/Dense_{j}/{p}", f"map_head/mlp/dense_{j}/{p}") for j in (0, 1) for p in ("kernel", "bias")),
+           optional=True),
+)
+
 TABLE = Table(
-    pairs(
-        ("embedding/kernel", "embedding/kernel"),
-        ("embedding/bias", "embedding/bias"),
+    pairs(("embedding/kernel", "embedding/kernel"), ("embedding/bias", "embedding/bias"))
+    + pairs(
         ("cls", "class_token/cls"),
+        (DIST, "dist_token/tokens"),
+        (REG, "registers/tokens"),
         (POSEMB, "posembed_input/pos_embedding"),
+        (LAYER_SCALE[0], BLOCK_PATH + "ls_1/gamma"),
+        (LAYER_SCALE[1], BLOCK_PATH + "ls_2/gamma"),
+        *zip(HEAD_DIST, ("head_dist/kernel", "head_dist/bias")),
+        optional=True,
     )
     + _norm(BLOCK + "LayerNorm_0/", BLOCK_PATH + "ln_1/")
     + (
@@ -83,6 +113,7 @@ TABLE = Table(
     + pairs(("pre_logits/kernel", "pre_logits/kernel"), ("pre_logits/bias", "pre_logits/bias"), optional=True)
     + pairs(("head/kernel", "head/kernel"), ("head/bias", "head/bias"), optional=True)
     + BIT_STEM
+    + MAP_HEAD
 )
 
 

@@ -70,7 +70,7 @@ def test_help_and_list_models_need_neither_keras_nor_tensorflow():
 
 
 def test_list_models_is_data():
-    assert keras_vit.list_models() == [*keras_vit.VARIANTS, "R50ViTB16"]
+    assert keras_vit.list_models() == [*keras_vit.VARIANTS, "R50ViTB16", *keras_vit.FAMILIES]
     assert all(callable(getattr(keras_vit, name)) for name in keras_vit.list_models())
 
 

@@ -8,11 +8,14 @@ imports Keras.
 
 import os
 
-from keras_vit.weights.formats import huggingface, keras, kerashub, original, timm
+from keras_vit.weights.formats import hf_families, huggingface, keras, kerashub, original, timm
 
 FORMATS = [
     original.FORMAT,
     timm.FORMAT,
+    hf_families.DEIT,
+    hf_families.DINOV2,
+    hf_families.SIGLIP,
     huggingface.FORMAT,
     keras.FORMAT,
     kerashub.FORMAT,

@@ -23,10 +23,11 @@ def linear_row(canonical, theirs, optional=False):
 
 
 def torch_rows(patch, cls, pos, ln1, ln2, out, fc1, fc2, norm, pre_logits, head):
-    """The rows of a PyTorch ViT state dict except the q/k/v projections, from its names."""
-    return (
+    """The rows of a PyTorch ViT state dict except the q/k/v projections, from its names
+    (`cls`, `pre_logits`, `head` None: a family without them)."""
+    rows = (
         Row("embedding/kernel", patch + "weight", conv_to_canonical, conv_from_canonical),
-        *pairs(("embedding/bias", patch + "bias"), ("cls", cls), (POSEMB, pos)),
+        *pairs(("embedding/bias", patch + "bias"), (POSEMB, pos)),
         *norm_rows(BLOCK + "LayerNorm_0/", ln1),
         Row(ATTN + "out/kernel", out + "weight", out_to_heads, heads_to_out),
         *pairs((ATTN + "out/bias", out + "bias")),
@@ -34,9 +35,13 @@ def torch_rows(patch, cls, pos, ln1, ln2, out, fc1, fc2, norm, pre_logits, head)
         linear_row(MLP + "Dense_0/", fc1),
         linear_row(MLP + "Dense_1/", fc2),
         *norm_rows("Transformer/encoder_norm/", norm),
-        linear_row("pre_logits/", pre_logits, optional=True),
-        linear_row("head/", head, optional=True),
     )
+    optional = (
+        *(pairs(("cls", cls), optional=True) if cls else ()),
+        *((linear_row("pre_logits/", pre_logits, optional=True),) if pre_logits else ()),
+        *((linear_row("head/", head, optional=True),) if head else ()),
+    )
+    return rows + optional
 
 
 def with_class_row(posemb):

@@ -89,7 +89,7 @@ def prepare(raw):
     return tensors
 
 
-def _gelu(config):
+def gelu(config):
     act = config.get("hidden_act", "gelu")
     if act in TANH_GELU_ACTS:
         return True
@@ -106,7 +106,7 @@ def metadata(raw, tensors):
         patch = config_pair(config["patch_size"], "patch_size", raw.path)
         grid = tuple(s // p for s, p in zip(size, patch))
     return Metadata(
-        approximate_gelu=_gelu(config),
+        approximate_gelu=gelu(config),
         num_heads=config.get("num_attention_heads"),
         grid=grid,
         layer_norm_epsilon=config.get("layer_norm_eps"),

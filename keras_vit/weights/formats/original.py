@@ -1,11 +1,13 @@
 """The original google-research/vision_transformer `.npz` (the canonical layout itself) and
 its variants in the wild: an `opt/target/` or `params/` prefix, big_vision / Flax-linen
 module names, the scanned layout (one `encoderblock/` with a leading layer axis), a top-level
-`pos_embedding` without the class-token row. Written as a flat-keyed `.npz`, as `np.savez`
-writes it. Its checkpoints run the tanh GELU."""
+`pos_embedding` without the class-token row. big_vision's class-token-free models (plain ViT
+with `pool_type="gap"`, FlexiViT, the `img/` tower of SigLIP files with its `MAPHead_0`) have
+no `cls`, and no position embedding at all with the fixed `posemb="sincos2d"`. Written as a
+flat-keyed `.npz`, as `np.savez` writes it. Its checkpoints run the tanh GELU."""
 
 from keras_vit.weights import containers
-from keras_vit.weights.canonical import ATTN, BLOCK, MLP, POSEMB, QKV, Metadata
+from keras_vit.weights.canonical import ATTN, BLOCK, DIST, HEAD_DIST, LAYER_SCALE, MAP_KEYS, MLP, POSEMB, QKV, REG, Metadata
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.formats.common import with_class_row
 from keras_vit.weights.table import Table, pairs
@@ -17,7 +19,7 @@ LINEN_NAMES = {
     "MlpBlock_0": "MlpBlock_3",
 }
 _KEYS = (
-    "embedding/kernel", "embedding/bias", "cls", POSEMB,
+    "embedding/kernel", "embedding/bias",
     BLOCK + "LayerNorm_0/scale", BLOCK + "LayerNorm_0/bias",
     *(ATTN + f"{n}/{p}" for n in (*QKV, "out") for p in ("kernel", "bias")),
     BLOCK + "LayerNorm_2/scale", BLOCK + "LayerNorm_2/bias",
@@ -28,6 +30,8 @@ TABLE = Table(
     pairs(*((k, k) for k in _KEYS))
     + pairs(("pre_logits/kernel", "pre_logits/kernel"), ("pre_logits/bias", "pre_logits/bias"), optional=True)
     + pairs(("head/kernel", "head/kernel"), ("head/bias", "head/bias"), optional=True)
+    + pairs(*((k, k) for k in ("cls", POSEMB, DIST, REG, *LAYER_SCALE, *HEAD_DIST)), optional=True)
+    + pairs(*((k, k) for k in MAP_KEYS), optional=True)
 )
 
 
@@ -54,12 +58,8 @@ def prepare(raw):
             for k, v in tensors.items()
         }
     if "pos_embedding" in tensors:
-        if "cls" not in tensors:
-            raise ValueError(
-                f"{raw.path}: a big_vision checkpoint without a class token (global-average or MAP "
-                "pooling); keras_vit's ViT has a class token, so it cannot hold these weights."
-            )
-        tensors[POSEMB] = with_class_row(tensors.pop("pos_embedding"))
+        posemb = tensors.pop("pos_embedding")
+        tensors[POSEMB] = with_class_row(posemb) if "cls" in tensors else posemb
     return tensors
 
 

@@ -8,10 +8,10 @@ import math
 import numpy as np
 
 from keras_vit.weights import containers
-from keras_vit.weights.canonical import ATTN, QKV, Metadata
+from keras_vit.weights.canonical import ATTN, DIST, LAYER_SCALE, MAP, MAP_ATTN, QKV, REG, Metadata
 from keras_vit.weights.formats.base import Format
-from keras_vit.weights.formats.common import torch_rows, with_class_row
-from keras_vit.weights.table import Row, Table
+from keras_vit.weights.formats.common import linear_row, torch_rows, with_class_row
+from keras_vit.weights.table import Row, Table, pairs
 from keras_vit.weights.transforms import (
     bias_to_heads,
     conv_from_canonical,
@@ -19,21 +19,57 @@ from keras_vit.weights.transforms import (
     flat,
     heads_to_bias,
     heads_to_linear,
+    heads_to_linear_and_bias,
+    heads_to_out,
     join_rows,
+    linear_and_bias_to_heads,
     linear_to_heads,
+    out_to_heads,
     split_rows,
 )
 
 
-def _fused_qkv_to_canonical(arrays, heads):
+def fused_qkv_to_canonical(arrays, heads):
     weights, biases = split_rows(arrays[:1], heads), split_rows(arrays[1:], heads)
     return linear_to_heads(weights, heads) + bias_to_heads(biases, heads)
 
 
-def _fused_qkv_from_canonical(arrays, heads):
+def fused_qkv_from_canonical(arrays, heads):
     weights, biases = heads_to_linear(arrays[:3], heads), heads_to_bias(arrays[3:], heads)
     return join_rows(weights, heads) + join_rows(biases, heads)
 
+
+def _fused_kv_to_canonical(arrays, heads):
+    weights, biases = split_rows(arrays[:1], heads, parts=2), split_rows(arrays[1:], heads, parts=2)
+    return linear_to_heads(weights, heads) + bias_to_heads(biases, heads)
+
+
+def _fused_kv_from_canonical(arrays, heads):
+    weights, biases = heads_to_linear(arrays[:2], heads), heads_to_bias(arrays[2:], heads)
+    return join_rows(weights, heads) + join_rows(biases, heads)
+
+
+# timm's `AttentionPoolLatent` (`global_pool="map"`): a latent query, fused key / value.
+ATTENTION_POOL = (
+    *pairs((MAP + "probe", "attn_pool.latent"), optional=True),
+    Row((MAP_ATTN + "query/kernel", MAP_ATTN + "query/bias"), ("attn_pool.q.weight", "attn_pool.q.bias"),
+        linear_and_bias_to_heads, heads_to_linear_and_bias, optional=True),
+    Row(tuple(MAP_ATTN + f"{n}/{p}" for p in ("kernel", "bias") for n in ("key", "value")),
+        ("attn_pool.kv.weight", "attn_pool.kv.bias"), _fused_kv_to_canonical, _fused_kv_from_canonical, optional=True),
+    Row(MAP_ATTN + "out/kernel", "attn_pool.proj.weight", out_to_heads, heads_to_out, optional=True),
+    *pairs((MAP_ATTN + "out/bias", "attn_pool.proj.bias"), optional=True),
+    *pairs((MAP + "LayerNorm_0/scale", "attn_pool.norm.weight"), (MAP + "LayerNorm_0/bias", "attn_pool.norm.bias"),
+           optional=True),
+    linear_row(MAP + "MlpBlock_0/Dense_0/", "attn_pool.mlp.fc1.", optional=True),
+    linear_row(MAP + "MlpBlock_0/Dense_1/", "attn_pool.mlp.fc2.", optional=True),
+)
+
+# DeiT's distillation token and head, DINOv2's registers, LayerScale (DeiT III, DINOv2).
+FAMILY_ROWS = (
+    *pairs((DIST, "dist_token"), (REG, "reg_token"), (LAYER_SCALE[0], "blocks.{i}.ls1.gamma"),
+           (LAYER_SCALE[1], "blocks.{i}.ls2.gamma"), optional=True),
+    linear_row("head_dist/", "head_dist.", optional=True),
+)
 
 _BIT = "patch_embed.backbone."
 _UNIT = _BIT + "stages.{s-1}.blocks.{u-1}."
@@ -65,11 +101,13 @@ TABLE = Table(
         Row(
             tuple(ATTN + f"{n}/kernel" for n in QKV) + tuple(ATTN + f"{n}/bias" for n in QKV),
             ("blocks.{i}.attn.qkv.weight", "blocks.{i}.attn.qkv.bias"),
-            _fused_qkv_to_canonical,
-            _fused_qkv_from_canonical,
+            fused_qkv_to_canonical,
+            fused_qkv_from_canonical,
         ),
     )
     + BIT_STEM
+    + ATTENTION_POOL
+    + FAMILY_ROWS
 )
 
 

@@ -1,0 +1,25 @@
+"""The named models of the plain-ViT families beyond the paper (SPEC section 7), as data.
+
+Plain Python, no Keras (the command line lists model names before importing it). Each entry:
+the `VisionTransformer` arguments of the architecture (its family's options included), and
+the defaults of the family's checkpoints: input size, GELU flavour, LayerNorm epsilon, head.
+"""
+
+_DEIT = dict(patch_size=16, distillation_token=True, approximate_gelu=False, input_size=224)
+_DINOV2 = dict(patch_size=14, layer_scale_init=1e-5, approximate_gelu=False, input_size=518, include_top=False)
+_SIGLIP = dict(class_token=False, pooling="map", approximate_gelu=True, input_size=224, include_top=False)
+
+FAMILIES = {
+    # DeiT distilled (Touvron et al., 2021): a distillation token and a second head.
+    "DeiTTi16": dict(_DEIT, hidden_dim=192, depth=12, num_heads=3, mlp_dim=768),
+    "DeiTS16": dict(_DEIT, hidden_dim=384, depth=12, num_heads=6, mlp_dim=1536),
+    "DeiTB16": dict(_DEIT, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
+    # DINOv2 (Oquab et al., 2023): LayerScale, patch 14 at 518 px; g/14 with a SwiGLU MLP.
+    "DINOv2S14": dict(_DINOV2, hidden_dim=384, depth=12, num_heads=6, mlp_dim=1536),
+    "DINOv2B14": dict(_DINOV2, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
+    "DINOv2L14": dict(_DINOV2, hidden_dim=1024, depth=24, num_heads=16, mlp_dim=4096),
+    "DINOv2G14": dict(_DINOV2, hidden_dim=1536, depth=40, num_heads=24, mlp_dim=4096, mlp="swiglu"),
+    # SigLIP image towers (Zhai et al., 2023): no class token, MAP head, tanh GELU.
+    "SigLIPB16": dict(_SIGLIP, patch_size=16, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
+    "SigLIPSo400m14": dict(_SIGLIP, patch_size=14, hidden_dim=1152, depth=27, num_heads=16, mlp_dim=4304),
+}

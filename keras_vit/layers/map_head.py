@@ -1,0 +1,63 @@
+"""Multi-head attention pooling (big_vision `MAPHead`, timm `AttentionPoolLatent`)."""
+
+import keras
+from keras import ops
+
+from keras_vit.layers.linear import Linear
+from keras_vit.layers.mlp import MLPBlock
+from keras_vit.layers.sublayer import run
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MAPHead(keras.layers.Layer):
+    """`(batch, tokens, dim)` -> `(batch, dim)`: a learned `probe` attends to the tokens
+    (`query` from the probe, `key` / `value` from the tokens, `out`), then
+    `y = y + MLP(LayerNorm(y))`."""
+
+    def __init__(self, num_heads, mlp_dim, approximate_gelu=True, layer_norm_epsilon=1e-6, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        policy = self.dtype_policy
+        self.ln = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln", dtype=policy)
+        self.mlp = MLPBlock(mlp_dim, approximate_gelu=approximate_gelu, name="mlp", dtype=policy)
+
+    def build(self, input_shape):
+        dim = input_shape[-1]
+        if dim % self.num_heads:
+            raise ValueError(f"Width {dim} is not divisible by num_heads={self.num_heads}.")
+        self.probe = self.add_weight(
+            name="probe", shape=(1, 1, dim), initializer=keras.initializers.GlorotUniform()
+        )
+        for name in ("query", "key", "value", "out"):
+            layer = Linear(dim, kernel_initializer=keras.initializers.GlorotUniform(), name=name, dtype=self.dtype_policy)
+            layer.build(input_shape)
+            setattr(self, name, layer)
+        self.ln.build((None, 1, dim))
+        self.mlp.build((None, 1, dim))
+
+    def call(self, tokens):
+        batch, n, dim = ops.shape(tokens)[0], ops.shape(tokens)[1], ops.shape(tokens)[-1]
+        heads = self.num_heads
+        head_dim = dim // heads
+        q = ops.reshape(run(self.query, ops.cast(self.probe, tokens.dtype)), (1, heads, head_dim))
+        k = ops.reshape(run(self.key, tokens), (batch, n, heads, head_dim))
+        v = ops.reshape(run(self.value, tokens), (batch, n, heads, head_dim))
+        logits = ops.einsum("hd,bkhd->bhk", q[0] * ops.cast(head_dim**-0.5, q.dtype), k)
+        weights = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), v.dtype)
+        pooled = run(self.out, ops.reshape(ops.einsum("bhk,bkhd->bhd", weights, v), (batch, dim)))
+        return pooled + run(self.mlp, run(self.ln, pooled))
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "approximate_gelu": self.approximate_gelu,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+        }

@@ -1,0 +1,165 @@
+"""Hugging Face transformers folders of the plain-ViT families beyond the paper's model
+(SPEC section 7): DeiT (`DeiTModel`, `DeiTForImageClassification[WithTeacher]`), DINOv2
+(`Dinov2Model`, `Dinov2WithRegistersModel`) and SigLIP image towers (`SiglipVisionModel`, or
+the `vision_model` of a `SiglipModel`). Read only; `config.json` gives the GELU, heads, grid
+and LayerNorm epsilon, as for the paper's ViT (`formats.huggingface`)."""
+
+from keras_vit.weights.canonical import ATTN, DIST, LAYER_SCALE, MAP, MAP_ATTN, QKV, REG, Metadata
+from keras_vit.weights.formats import huggingface
+from keras_vit.weights.formats.base import Format
+from keras_vit.weights.formats.common import linear_row, torch_rows
+from keras_vit.weights.formats.timm import fused_qkv_from_canonical, fused_qkv_to_canonical
+from keras_vit.weights.table import Row, Table, pairs
+from keras_vit.weights.transforms import heads_to_linear_and_bias, heads_to_out, linear_and_bias_to_heads, out_to_heads
+
+LAYER = "encoder.layer.{i}."
+SIGLIP_LAYER = "encoder.layers.{i}."
+
+
+def _qkv_rows(theirs, names=QKV):
+    """Separate q / k / v projections: `theirs` with `{n}` replaced by each of `names`."""
+    return tuple(
+        Row(
+            (ATTN + f"{n}/kernel", ATTN + f"{n}/bias"),
+            (theirs.replace("{n}", t) + "weight", theirs.replace("{n}", t) + "bias"),
+            linear_and_bias_to_heads,
+            heads_to_linear_and_bias,
+        )
+        for n, t in zip(QKV, names)
+    )
+
+
+DEIT_TABLE = huggingface.TABLE + (
+    *pairs((DIST, "embeddings.distillation_token"), optional=True),
+    linear_row("head_dist/", "distillation_classifier.", optional=True),
+)
+
+DINOV2_TABLE = Table(
+    torch_rows(
+        "embeddings.patch_embeddings.projection.", "embeddings.cls_token", "embeddings.position_embeddings",
+        LAYER + "norm1.", LAYER + "norm2.", LAYER + "attention.output.dense.", LAYER + "mlp.fc1.",
+        LAYER + "mlp.fc2.", "layernorm.", None, None,
+    )
+    + _qkv_rows(LAYER + "attention.attention.{n}.")
+    + pairs((LAYER_SCALE[0], LAYER + "layer_scale1.lambda1"), (LAYER_SCALE[1], LAYER + "layer_scale2.lambda1"))
+    + pairs((REG, "embeddings.register_tokens"), optional=True)
+)
+
+MAP_ROWS = (
+    *pairs((MAP + "probe", "head.probe"), optional=True),
+    Row(
+        tuple(MAP_ATTN + f"{n}/kernel" for n in QKV) + tuple(MAP_ATTN + f"{n}/bias" for n in QKV),
+        ("head.attention.in_proj_weight", "head.attention.in_proj_bias"),
+        fused_qkv_to_canonical,
+        fused_qkv_from_canonical,
+        optional=True,
+    ),
+    Row(MAP_ATTN + "out/kernel", "head.attention.out_proj.weight", out_to_heads, heads_to_out, optional=True),
+    *pairs((MAP_ATTN + "out/bias", "head.attention.out_proj.bias"), optional=True),
+    *pairs(*((MAP + "LayerNorm_0/" + c, "head.layernorm." + t) for c, t in (("scale", "weight"), ("bias", "bias"))),
+           optional=True),
+    linear_row(MAP + "MlpBlock_0/Dense_0/", "head.mlp.fc1.", optional=True),
+    linear_row(MAP + "MlpBlock_0/Dense_1/", "head.mlp.fc2.", optional=True),
+)
+
+SIGLIP_TABLE = Table(
+    torch_rows(
+        "embeddings.patch_embedding.", None, "embeddings.position_embedding.weight",
+        SIGLIP_LAYER + "layer_norm1.", SIGLIP_LAYER + "layer_norm2.", SIGLIP_LAYER + "self_attn.out_proj.",
+        SIGLIP_LAYER + "mlp.fc1.", SIGLIP_LAYER + "mlp.fc2.", "post_layernorm.", None, None,
+    )
+    + _qkv_rows(SIGLIP_LAYER + "self_attn.{n}_proj.", ("q", "k", "v"))
+    + MAP_ROWS
+)
+
+
+def _config(raw):
+    """The model's `config.json` (a SigLIP pair's `vision_config`)."""
+    config = raw.meta.get("config") or {}
+    return config.get("vision_config", config) if config.get("model_type") == "siglip" else config
+
+
+def _detector(model_types, marker):
+    """Detects by `config.json`'s model_type, else (a bare weights file) by a key containing `marker`."""
+
+    def detect(raw):
+        model_type = (raw.meta.get("config") or {}).get("model_type")
+        if model_type is not None:
+            return model_type in model_types
+        return any(marker in key for key in raw.tensors)
+
+    return detect
+
+
+def _strip(raw, prefixes, drop=()):
+    """`raw`'s tensors without the first of `prefixes` each key starts with; keys starting
+    with any of `drop` left out."""
+    out = {}
+    for key, value in raw.tensors.items():
+        key = next((key[len(p):] for p in prefixes if key.startswith(p)), key)
+        if not key.startswith(drop):
+            out[key] = value
+    return out
+
+
+def _refuse_head(tensors, raw, what):
+    if any(k.startswith("classifier.") for k in tensors):
+        raise ValueError(f"{raw.path}: {what}; load the backbone (Dinov2Model) with include_top=False.")
+
+
+def prepare_deit(raw):
+    """Strips `deit.`, renames transformers-5 keys, names the teacher model's class-token head
+    as the plain classifier's."""
+    tensors = huggingface.V5_NAMES.rename(_strip(raw, ("deit.",), drop=("embeddings.mask_token",)))
+    return {("classifier." + k[len("cls_classifier."):] if k.startswith("cls_classifier.") else k): v
+            for k, v in tensors.items()}
+
+
+def prepare_dinov2(raw):
+    """Strips `dinov2.`, leaves out the mask token, names the SwiGLU layers as the MLP's."""
+    tensors = _strip(raw, ("dinov2.",), drop=("embeddings.mask_token",))
+    _refuse_head(tensors, raw, "Dinov2ForImageClassification's head reads the class token and the mean "
+                               "of the patch tokens side by side, which keras_vit's heads do not")
+    return {k.replace(".mlp.weights_in.", ".mlp.fc1.").replace(".mlp.weights_out.", ".mlp.fc2."): v
+            for k, v in tensors.items()}
+
+
+def prepare_siglip(raw):
+    """Strips `vision_model.` (leaving out a SiglipModel's text tower), gives the position
+    embedding its batch axis."""
+    tensors = _strip(raw, ("vision_model.",), drop=("text_model.", "logit_scale", "logit_bias"))
+    key = "embeddings.position_embedding.weight"
+    if key in tensors and len(tensors[key].shape) == 2:
+        tensors[key] = tensors[key].reshape(1, *tensors[key].shape)
+    return tensors
+
+
+def metadata(raw, tensors):
+    config = _config(raw)
+    grid = None
+    if "image_size" in config and "patch_size" in config:
+        size = config["image_size"]
+        size = size if isinstance(size, (list, tuple)) else (size, size)
+        grid = tuple(s // config["patch_size"] for s in size)
+    return Metadata(
+        approximate_gelu=huggingface.gelu(config),
+        num_heads=config.get("num_attention_heads"),
+        grid=grid,
+        layer_norm_epsilon=config.get("layer_norm_eps"),
+    )
+
+
+DEIT = Format(
+    name="hf_deit", table=DEIT_TABLE, detect=_detector(("deit",), "distillation_token"),
+    prepare=prepare_deit, metadata=metadata,
+)
+DINOV2 = Format(
+    name="hf_dinov2", table=DINOV2_TABLE,
+    detect=_detector(("dinov2", "dinov2_with_registers"), "layer_scale1.lambda1"),
+    prepare=prepare_dinov2, metadata=metadata,
+)
+SIGLIP = Format(
+    name="hf_siglip", table=SIGLIP_TABLE,
+    detect=_detector(("siglip", "siglip_vision_model"), "embeddings.patch_embedding.weight"),
+    prepare=prepare_siglip, metadata=metadata,
+)

@@ -1,0 +1,56 @@
+"""The named models of the families beyond the paper: listed, and with the parameter counts of
+the reference implementations (transformers models of the same configuration, on the meta
+device: no memory)."""
+
+import pytest
+
+import keras_vit
+from keras_vit.family_variants import FAMILIES
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# keras_vit name -> (transformers model class, config class, its arguments, what it has that
+# keras_vit's model has not: DINOv2's mask token of width D, used only in its pre-training).
+REFERENCES = {
+    "DeiTTi16": ("DeiTForImageClassificationWithTeacher", "DeiTConfig", dict(hidden_size=192, num_attention_heads=3, intermediate_size=768, num_labels=1000)),
+    "DeiTS16": ("DeiTForImageClassificationWithTeacher", "DeiTConfig", dict(hidden_size=384, num_attention_heads=6, intermediate_size=1536, num_labels=1000)),
+    "DeiTB16": ("DeiTForImageClassificationWithTeacher", "DeiTConfig", dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072, num_labels=1000)),
+    "DINOv2S14": ("Dinov2Model", "Dinov2Config", dict(hidden_size=384, num_attention_heads=6, image_size=518, patch_size=14)),
+    "DINOv2B14": ("Dinov2Model", "Dinov2Config", dict(hidden_size=768, num_attention_heads=12, image_size=518, patch_size=14)),
+    "DINOv2L14": ("Dinov2Model", "Dinov2Config", dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, image_size=518, patch_size=14)),
+    "DINOv2G14": ("Dinov2Model", "Dinov2Config", dict(hidden_size=1536, num_hidden_layers=40, num_attention_heads=24, use_swiglu_ffn=True, image_size=518, patch_size=14)),
+    "SigLIPB16": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12, patch_size=16, image_size=224)),
+    "SigLIPSo400m14": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, patch_size=14, image_size=224)),
+}
+# README's table (keras_vit's own count; checked below against the references).
+PARAMETERS = {
+    "DeiTTi16": 5_910_800, "DeiTS16": 22_436_432, "DeiTB16": 87_338_192,
+    "DINOv2S14": 22_056_192, "DINOv2B14": 86_579_712, "DINOv2L14": 304_367_616, "DINOv2G14": 1_136_479_232,
+    "SigLIPB16": 92_884_224, "SigLIPSo400m14": 427_680_704,
+}
+
+
+def _reference_count(name):
+    model_class, config_class, args = REFERENCES[name]
+    with torch.device("meta"):
+        model = getattr(transformers, model_class)(getattr(transformers, config_class)(**args))
+    count = sum(p.numel() for p in model.parameters())
+    return count - (args["hidden_size"] if model_class == "Dinov2Model" else 0)
+
+
+def _keras_count(name):
+    """Built at depth 1 and 2 (the count is linear in the depth), so that no large model is allocated."""
+    builder = getattr(keras_vit, name)
+    one, two = (builder(depth=d).count_params() for d in (1, 2))
+    return one + (FAMILIES[name]["depth"] - 1) * (two - one)
+
+
+def test_every_family_builder_is_listed():
+    assert set(FAMILIES) <= set(keras_vit.list_models())
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_parameter_counts_match_the_references(name):
+    assert _reference_count(name) == PARAMETERS[name]
+    assert _keras_count(name) == PARAMETERS[name]
