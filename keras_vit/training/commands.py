@@ -73,6 +73,10 @@ def _pretrain(args):
 
 
 def _evaluate(args):
+    if args.fewshot:
+        from keras_vit.training.fewshot import command
+
+        return command(args)
     from keras_vit.training.inference import evaluate
 
     options = {"data_dir": args.data_dir} if args.data_dir else {}
@@ -180,6 +184,11 @@ def register(subparsers):
     evaluate.add_argument("--data-dir", metavar="DIR", help="tensorflow-datasets data_dir")
     evaluate.add_argument("--split", default="validation", choices=("validation", "train"))
     evaluate.add_argument("--batch-size", type=int, default=128, metavar="INT")
+    evaluate.add_argument("--fewshot", metavar="1,5,10,25", help="instead: few-shot linear accuracy of the frozen "
+                          "representation (paper 4.1) with these training images per class, on the validation split")
+    evaluate.add_argument("--seeds", type=int, default=3, metavar="INT", help="--fewshot: draws of the shots (default 3)")
+    evaluate.add_argument("--layer", type=int, metavar="INT", help="--fewshot: the tokens after this encoder block "
+                          "(pooled) instead of the pre-logits")
     evaluate.set_defaults(func=_evaluate)
 
     predict = subparsers.add_parser("predict", help="top-5 classes of image files")

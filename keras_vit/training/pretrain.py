@@ -15,7 +15,7 @@ import time
 import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.training import checkpointing, distribution, masked_patch, pipeline, precision, trainer
+from keras_vit.training import checkpointing, distribution, fewshot, masked_patch, pipeline, precision, trainer
 from keras_vit.training.recipes import TrainConfig, recipe
 
 OBJECTIVE = ("mask_rate", "mask_split", "mask_target", "color_bits")
@@ -140,6 +140,7 @@ def _run(config, plan, data, extra_callbacks, resume, started):
         return masked_patch.corrupt_batches(images, patch, salt=0, start=start_step, **corrupt)
 
     callbacks = trainer._callbacks(config, plan, state, extra_callbacks)
+    callbacks = fewshot.config_callbacks(config, source, encoder, config.run_dir if plan.is_chief else None) + callbacks
     if start and plan.is_chief:
         print(f"Resuming {config.run_dir} at step {start}/{steps_per_epoch * epochs}.")
     history = trainer._fit(model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks,

@@ -81,7 +81,7 @@ def check_masking(rate, split, target, bits):
 RANGES = {
     **dict.fromkeys(("batch_size", "accumulation_steps", "epochs", "steps", "image_size", "reference_batch_size",
                      "shuffle_buffer", "model_parallel_size", "representation_size", *ARCHITECTURE), "[1, inf)"),
-    **dict.fromkeys(("learning_rate", "weight_decay", "clipnorm", "warmup_steps", "checkpoint_every", "seed",
+    **dict.fromkeys(("learning_rate", "weight_decay", "clipnorm", "warmup_steps", "checkpoint_every", "fewshot_every", "seed",
                      "randaugment_ops", "mixup", "cutmix"), "[0, inf)"),
     **dict.fromkeys(("momentum", "beta_1", "beta_2", "label_smoothing", "dropout", "attention_dropout", "drop_path"),
                     "[0, 1)"),
@@ -172,6 +172,7 @@ class TrainConfig:
     # outputs
     output_dir: Optional[str] = None
     checkpoint_every: int = 0
+    fewshot_every: int = 0
     monitor: str = "val_accuracy"
     tensorboard: bool = True
     verbose: Union[int, str] = "auto"
@@ -452,6 +453,8 @@ FIELD_HELP = {
     "jit_compile": "auto, true or false",
     "output_dir": "run directory (default runs/RECIPE): checkpoints, best/final models, logs",
     "checkpoint_every": "also save the training state every N steps (0: at epoch ends only)",
+    "fewshot_every": "every N steps (and at the first epoch's end and the run's end) log the few-shot linear "
+                     "accuracy of the frozen representation on the run's data: fewshot.csv, log.csv, TensorBoard (0: off)",
     "monitor": "metric choosing the best model",
     "tensorboard": "write TensorBoard logs",
     "verbose": "auto, 0, 1 or 2 (Keras fit verbosity)",

@@ -12,7 +12,7 @@ import warnings
 import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.training import checkpointing, distribution, layer_decay, optim, pipeline, precision
+from keras_vit.training import checkpointing, distribution, fewshot, layer_decay, optim, pipeline, precision
 from keras_vit.training.data import load_source
 from keras_vit.training.heads import logits_model
 from keras_vit.training.recipes import TrainConfig, recipe
@@ -242,6 +242,7 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
         )
 
     callbacks = _callbacks(config, plan, state, extra_callbacks)
+    callbacks = fewshot.config_callbacks(config, source, model, config.run_dir if plan.is_chief else None) + callbacks
     if start and plan.is_chief:
         print(f"Resuming {config.run_dir} at step {start}/{steps_per_epoch * epochs} "
               f"(epoch {start // steps_per_epoch + 1}).")
