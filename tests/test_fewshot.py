@@ -3,6 +3,7 @@ representation, the `evaluate --fewshot` command and the training callback."""
 
 import csv
 
+import keras
 import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
@@ -60,17 +61,21 @@ def test_fewshot_accuracy_draws_shots_per_class_and_seed():
         fewshot.fewshot_accuracy(features, labels, test, test_labels, shots=(51,))
 
 
+def run(model, images):
+    return keras.ops.convert_to_numpy(model(images, training=False))
+
+
 def test_representation_is_the_pre_logits_or_a_pooled_block():
     classifier = keras_vit.VisionTransformer(**TINY, classes=5, pooling="avg")
     images = np.random.default_rng(0).uniform(-1, 1, (3, 16, 16, 3)).astype("float32")
     tokens = keras_vit.features(classifier, images, -1, norm=True)
-    pre_logits = fewshot.representation_model(classifier).predict(images, verbose=0)
+    pre_logits = run(fewshot.representation_model(classifier), images)
     np.testing.assert_allclose(pre_logits, tokens[:, 1:].mean(1), atol=1e-5)
     block0 = keras_vit.features(classifier, images, 0)
-    np.testing.assert_allclose(fewshot.representation_model(classifier, 0, "token").predict(images, verbose=0), block0[:, 0], atol=1e-5)
+    np.testing.assert_allclose(run(fewshot.representation_model(classifier, 0, "token"), images), block0[:, 0], atol=1e-5)
     encoder = keras_vit.VisionTransformer(**TINY, include_top=False)  # the token sequence: class token
     np.testing.assert_allclose(
-        fewshot.representation_model(encoder).predict(images, verbose=0),
+        run(fewshot.representation_model(encoder), images),
         keras_vit.features(encoder, images, -1, norm=True)[:, 0], atol=1e-5,
     )
 
