@@ -43,3 +43,23 @@ def test_quantize_covers_every_linear_and_survives_saving(float_model, mode, tmp
     loaded = keras.saving.load_model(path)
     assert {layer.quantization_mode for layer in loaded._flatten_layers() if isinstance(layer, Linear)} == {mode}
     np.testing.assert_array_equal(logits(loaded, images), quantized)
+
+
+def test_export_quantize_int8(float_model, tmp_path, capsys):
+    from keras_vit.cli import main
+    from keras_vit.training import export as export_lib
+
+    fmt = "onnx" if keras.backend.backend() == "torch" else "saved_model"
+    path, output = tmp_path / "float.keras", str(tmp_path / "int8")
+    float_model.save(path)
+    assert main(["export", str(path), "--format", fmt, "--output", output, "--quantize", "int8"]) == 0
+    assert f"quantized to int8 as {fmt}" in capsys.readouterr().out
+    images = export_lib.sample_images(float_model)
+    exported = export_lib.run_exported(fmt, output, images)
+    from keras_vit.training.quantization import quantized_copy
+
+    np.testing.assert_allclose(exported, logits(quantized_copy(float_model, "int8"), images), atol=1e-4)
+    assert np.abs(exported - logits(float_model, images)).max() > 1e-4  # not the float model
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", str(path), "--output", output, "--quantize", "int2"])
+    assert exit_info.value.code == 2 and "invalid choice: 'int2'" in capsys.readouterr().err

@@ -109,9 +109,10 @@ def _export(args):
         check_requirements(fmt, not args.no_verify)
         check_output(fmt, output, args.model, args.overwrite)
     for fmt, output in outputs.items():
-        error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol, overwrite=args.overwrite)
-        checked = "" if error is None else f"; outputs match the Keras model within {error:.2e}"
-        print(f"Exported {args.model} as {fmt} to {output}{checked}.")
+        error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol,
+                       overwrite=args.overwrite, quantize=args.quantize)
+        checked = "" if error is None else f"; outputs match the {args.quantize or 'Keras'} model within {error:.2e}"
+        print(f"Exported {args.model}{f' quantized to {args.quantize}' if args.quantize else ''} as {fmt} to {output}{checked}.")
 
 
 def _field_parser(name):
@@ -206,5 +207,7 @@ def register(subparsers):
     export.add_argument("--output", required=True, metavar="PATH", help="output path (with --format all: PATH.savedmodel and PATH.onnx)")
     export.add_argument("--atol", type=float, default=1e-4, metavar="FLOAT", help="largest accepted output difference")
     export.add_argument("--no-verify", action="store_true", help="skip loading the export and comparing outputs")
+    export.add_argument("--quantize", choices=("int8", "float8", "int4"),
+                        help="export the model with its dense layers quantized (Keras' model.quantize)")
     export.add_argument("--overwrite", action="store_true", help="replace what is at the output path (same kind only)")
     export.set_defaults(func=_export)
