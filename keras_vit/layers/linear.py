@@ -1,6 +1,7 @@
 """A `Dense` layer whose weight gradient is laid out for XLA's CPU matmuls."""
 
 import keras
+import numpy as np
 from keras import ops
 
 
@@ -82,14 +83,38 @@ class Linear(keras.layers.Dense):
     refuses subclasses unless told they compute what `Dense` does, as this one does. The
     layers that create a `Linear` give it their own (float) dtype policy, so a quantized
     model loads its float layout: `load_own_variables` reads the quantization mode off the
-    saved variables and quantizes the layer before loading them."""
+    saved variables and quantizes the layer before loading them. With LoRA enabled, the
+    saved variables are the frozen kernel, the bias, the LoRA matrices A and B and their
+    scale, so that a run resumes with the update it had; a layer without LoRA loads them
+    as the merged kernel `kernel + scale * A @ B`."""
 
     def quantize(self, mode=None, type_check=True, config=None):
         super().quantize(mode, type_check=False, config=config)
 
+    def save_own_variables(self, store):
+        if not (self.built and self.lora_enabled and self.quantization_mode is None):
+            return super().save_own_variables(store)
+        scale = np.float32(self.lora_alpha / self.lora_rank)
+        values = [self._kernel, self.bias, self.lora_kernel_a, self.lora_kernel_b, scale]
+        for index, value in enumerate(v for v in values if v is not None):
+            store[str(index)] = ops.convert_to_numpy(value)
+
     def load_own_variables(self, store):
+        use_bias = self.bias is not None
+        lora = self.built and self.quantization_mode is None and len(store.keys()) == 4 + int(use_bias)
+        if lora and self.lora_enabled:
+            variables = [self._kernel, self.bias, self.lora_kernel_a, self.lora_kernel_b]
+            for index, variable in enumerate(v for v in variables if v is not None):
+                variable.assign(store[str(index)])
+            return
+        if lora:  # into a layer without LoRA: the update folded into the kernel
+            a, b, scale = (np.asarray(store[str(i)]) for i in range(1 + use_bias, 4 + use_bias))
+            self._kernel.assign(np.asarray(store["0"]) + scale * (a @ b))
+            if use_bias:
+                self.bias.assign(store["1"])
+            return
         if self.built and self.quantization_mode is None and not self.lora_enabled:
-            mode, config = _saved_quantization(store, tuple(self.kernel.shape), self.bias is not None)
+            mode, config = _saved_quantization(store, tuple(self.kernel.shape), use_bias)
             if mode is not None:
                 self.quantize(mode, config=config)
         super().load_own_variables(store)

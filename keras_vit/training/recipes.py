@@ -80,7 +80,8 @@ def check_masking(rate, split, target, bits):
 # field allows it, is not checked.
 RANGES = {
     **dict.fromkeys(("batch_size", "accumulation_steps", "epochs", "steps", "image_size", "reference_batch_size",
-                     "shuffle_buffer", "model_parallel_size", "representation_size", *ARCHITECTURE), "[1, inf)"),
+                     "shuffle_buffer", "model_parallel_size", "representation_size", "lora_rank", *ARCHITECTURE),
+                   "[1, inf)"),
     **dict.fromkeys(("learning_rate", "weight_decay", "clipnorm", "warmup_steps", "checkpoint_every", "fewshot_every", "seed",
                      "randaugment_ops", "mixup", "cutmix"), "[0, inf)"),
     **dict.fromkeys(("momentum", "beta_1", "beta_2", "label_smoothing", "dropout", "attention_dropout", "drop_path"),
@@ -141,6 +142,10 @@ class TrainConfig:
     attention_dropout: float = 0.0
     drop_path: float = 0.0
     remat: bool = False
+    # what is trained (default: every weight)
+    linear_probe: bool = False
+    lora_rank: Optional[int] = None
+    lora_targets: str = "qkv,out"
     # optimisation
     batch_size: int = 512
     accumulation_steps: int = 1
@@ -426,6 +431,10 @@ FIELD_HELP = {
     "weights": "pretrained weights (a name or a checkpoint path) to fine-tune from",
     "dropout": "dropout rate", "attention_dropout": "attention dropout rate",
     "drop_path": "stochastic depth rate (last block)",
+    "linear_probe": "train only the classification head (the encoder frozen)",
+    "lora_rank": "LoRA: train rank-r updates of the encoder projections lora_targets and the head, nothing else; "
+                 "RUN/lora.npz holds them (none: off)",
+    "lora_targets": "LoRA: the projections, comma-separated among qkv, out, mlp",
     "remat": "recompute encoder block activations in the backward pass (less memory, ~1/3 more compute)",
     "batch_size": "global batch size of one optimizer step (all replicas, all accumulated micro-batches)",
     "accumulation_steps": "micro-batches accumulated per optimizer step",

@@ -12,7 +12,7 @@ import warnings
 import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.training import checkpointing, distribution, fewshot, layer_decay, optim, pipeline, precision
+from keras_vit.training import checkpointing, distribution, fewshot, layer_decay, lora, optim, pipeline, precision
 from keras_vit.training.data import load_source
 from keras_vit.training.heads import logits_model
 from keras_vit.training.recipes import TrainConfig, recipe
@@ -212,6 +212,7 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
         raise ValueError(
             f"The model takes {tuple(model.inputs[0].shape[1:])} images but image_size={config.image_size}."
         )
+    lora.apply_config(config, model)
     train_model = _compile(config, model, source.num_classes, one_hot, steps_per_epoch * epochs)
     state = checkpointing.RunState(
         config.run_dir,
@@ -248,6 +249,8 @@ def _run(config, plan, policy, model, data, extra_callbacks, resume, started):
               f"(epoch {start // steps_per_epoch + 1}).")
     history = _fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks,
                    fit_verbosity(config.verbose) if plan.is_chief else 0)
+    if config.lora_rank and plan.is_chief:
+        lora.save(model, os.path.join(config.run_dir, "lora.npz"))
     return _finish(config, plan, policy, model, train_model, state, val_ds, history, start, started)
 
 
