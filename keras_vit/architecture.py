@@ -11,6 +11,7 @@ from typing import Any, Optional
 import keras
 
 from keras_vit import matmul_precision
+from keras_vit.guard import VisionTransformerModel
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
 from keras_vit.variants import VARIANTS, variant  # noqa: F401  (part of this module's interface)
 
@@ -124,4 +125,4 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
             config.classifier_activation or "linear", dtype="float32", name="predictions"
         )(outputs)
     inputs = keras.utils.get_source_inputs(images) if input_tensor is not None else images
-    return keras.Model(inputs, outputs, name=config.name)
+    return VisionTransformerModel(inputs, outputs, name=config.name)
