@@ -101,7 +101,9 @@ class Linear(keras.layers.Dense):
 
     def load_own_variables(self, store):
         use_bias = self.bias is not None
-        lora = self.built and self.quantization_mode is None and len(store.keys()) == 4 + int(use_bias)
+        count = 4 + int(use_bias)  # kernel, bias, A, B, and the scale: a scalar
+        lora = (self.built and self.quantization_mode is None and len(store.keys()) == count
+                and len(store[str(count - 1)].shape) == 0)
         if lora and self.lora_enabled:
             variables = [self._kernel, self.bias, self.lora_kernel_a, self.lora_kernel_b]
             for index, variable in enumerate(v for v in variables if v is not None):
