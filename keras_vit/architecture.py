@@ -13,6 +13,7 @@ from typing import Any, Optional
 import keras
 
 from keras_vit import matmul_precision
+from keras_vit.guard import VisionTransformerModel
 from keras_vit.torch_compile import compile_once
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
 from keras_vit.layers.learned_tokens import LearnedTokens
@@ -210,4 +211,4 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
             config.classifier_activation or "linear", dtype="float32", name="predictions"
         )(outputs)
     inputs = keras.utils.get_source_inputs(images) if input_tensor is not None else images
-    return compile_once(keras.Model(inputs, outputs, name=config.name))
+    return compile_once(VisionTransformerModel(inputs, outputs, name=config.name))

@@ -4,6 +4,10 @@ import os
 
 
 def _evaluate(args):
+    if args.fewshot:
+        from keras_vit.training.fewshot import command
+
+        return command(args)
     from keras_vit.inference.predict import evaluate
 
     options = {"data_dir": args.data_dir} if args.data_dir else {}
@@ -36,9 +40,10 @@ def _export(args):
         check_requirements(fmt, not args.no_verify)
         check_output(fmt, output, args.model, args.overwrite)
     for fmt, output in outputs.items():
-        error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol, overwrite=args.overwrite)
-        checked = "" if error is None else f"; outputs match the Keras model within {error:.2e}"
-        print(f"Exported {args.model} as {fmt} to {output}{checked}.")
+        error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol,
+                       overwrite=args.overwrite, quantize=args.quantize)
+        checked = "" if error is None else f"; outputs match the {args.quantize or 'Keras'} model within {error:.2e}"
+        print(f"Exported {args.model}{f' quantized to {args.quantize}' if args.quantize else ''} as {fmt} to {output}{checked}.")
 
 
 def register(subparsers):
@@ -48,6 +53,11 @@ def register(subparsers):
     evaluate.add_argument("--data-dir", metavar="DIR", help="tensorflow-datasets data_dir")
     evaluate.add_argument("--split", default="validation", choices=("validation", "train"))
     evaluate.add_argument("--batch-size", type=int, default=128, metavar="INT")
+    evaluate.add_argument("--fewshot", metavar="1,5,10,25", help="instead: few-shot linear accuracy of the frozen "
+                          "representation (paper 4.1) with these training images per class, on the validation split")
+    evaluate.add_argument("--seeds", type=int, default=3, metavar="INT", help="--fewshot: draws of the shots (default 3)")
+    evaluate.add_argument("--layer", type=int, metavar="INT", help="--fewshot: the tokens after this encoder block "
+                          "(pooled) instead of the pre-logits")
     evaluate.set_defaults(func=_evaluate)
 
     predict = subparsers.add_parser("predict", help="top-5 classes of image files")
@@ -65,5 +75,7 @@ def register(subparsers):
     export.add_argument("--output", required=True, metavar="PATH", help="output path (with --format all: PATH.savedmodel and PATH.onnx)")
     export.add_argument("--atol", type=float, default=1e-4, metavar="FLOAT", help="largest accepted output difference")
     export.add_argument("--no-verify", action="store_true", help="skip loading the export and comparing outputs")
+    export.add_argument("--quantize", choices=("int8", "float8", "int4"),
+                        help="export the model with its dense layers quantized (Keras' model.quantize)")
     export.add_argument("--overwrite", action="store_true", help="replace what is at the output path (same kind only)")
     export.set_defaults(func=_export)

@@ -59,16 +59,11 @@ def _image_size(model):
     return int(height)
 
 
-def evaluate(model_path, data=None, *, split="validation", batch_size=128, **source_options):
-    """Top-1 / top-5 accuracy and loss of a trained model on a split of `data`.
-
-    Without `data` (and `source_options`), the data set, validation split and held-out
-    fraction recorded with the run (config.json) are used, so the numbers match training's.
-    """
-    from keras_vit.training import pipeline
+def recorded_source(model_path, data=None, **source_options):
+    """The `Source` of `data`, by default the data set, splits and held-out fraction recorded
+    with the run of `model_path` (config.json), so that the splits match training's."""
     from keras_vit.training.data import load_source
 
-    model, _, eval_crop = load_model(model_path)
     config = run_metadata(model_path).get("config", {})
     data = data or config.get("data")
     if data is None:
@@ -76,7 +71,19 @@ def evaluate(model_path, data=None, *, split="validation", batch_size=128, **sou
     for key in ("data_dir", "manual_dir", "train_split", "val_split", "val_fraction", "seed", "on_corrupt"):
         if key in config and key not in source_options:
             source_options[key] = config[key]
-    source = load_source(data, **source_options)
+    return load_source(data, **source_options)
+
+
+def evaluate(model_path, data=None, *, split="validation", batch_size=128, **source_options):
+    """Top-1 / top-5 accuracy and loss of a trained model on a split of `data`.
+
+    Without `data` (and `source_options`), the data set, validation split and held-out
+    fraction recorded with the run (config.json) are used, so the numbers match training's.
+    """
+    from keras_vit.training import pipeline
+
+    model, _, eval_crop = load_model(model_path)
+    source = recorded_source(model_path, data, **source_options)
     classes = model.output_shape[-1]
     if classes != source.num_classes:
         raise ValueError(f"The model predicts {classes} classes, {source.name!r} has {source.num_classes}.")

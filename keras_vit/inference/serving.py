@@ -184,11 +184,12 @@ def check_requirements(fmt, verify_outputs=True):
         )
 
 
-def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=False):
+def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=False, quantize=None):
     """Writes `model` (a `keras.Model` or a `.keras` path) as `fmt` to `output`; returns the
     largest absolute difference found by `verify` (None when not verified). What is at
     `output` is replaced only by a complete, verified export, and only if it is an earlier
-    export of `fmt` or `overwrite` is set."""
+    export of `fmt` or `overwrite` is set. `quantize` ("int8", "float8", "int4") exports a
+    quantized copy (see `keras_vit.training.quantization`), verified against that copy."""
     if fmt not in FORMATS:
         raise ValueError(f"format={fmt!r}; expected one of {FORMATS}.")
     model_path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
@@ -196,6 +197,10 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     check_output(fmt, output, model_path, overwrite)
     if model_path is not None:
         model = load_keras_file(model_path)
+    if quantize is not None:
+        from keras_vit.training.quantization import quantized_copy
+
+        model, model_path = quantized_copy(model, quantize), None
     error = None
     with atomic_path(output) as tmp:
         if not _write(model, fmt, tmp):

@@ -22,10 +22,19 @@ STRATEGIES = {
     "torch": ("auto", "none", "torch_ddp"),
 }
 MASK_TARGETS = ("color", "pixels")
+LORA_TARGETS = ("qkv", "out", "mlp")  # the encoder projections LoRA adapts (`training.lora`)
 
 DATA, MODEL, OPTIMISATION, PRETRAIN, SYSTEM, OUTPUTS = (
     "data", "model", "optimisation", "masked patch prediction (pretrain)", "system", "outputs"
 )
+
+
+def parse_lora_targets(targets):
+    """"qkv,out" or a sequence of names -> a tuple of `LORA_TARGETS` names, or a ValueError."""
+    names = tuple(t.strip() for t in targets.split(",")) if isinstance(targets, str) else tuple(targets)
+    if not names or any(name not in LORA_TARGETS for name in names):
+        raise ValueError(f"lora_targets={targets!r}: expected names among {', '.join(LORA_TARGETS)}, e.g. qkv,out.")
+    return names
 
 
 def check_decay(decay):
@@ -105,6 +114,13 @@ class TrainConfig:
     dropout: float = option(0.0, "dropout rate", group=MODEL, interval="[0, 1)")
     attention_dropout: float = option(0.0, "attention dropout rate", group=MODEL, interval="[0, 1)")
     drop_path: float = option(0.0, "stochastic depth rate (last block)", group=MODEL, interval="[0, 1)")
+    linear_probe: bool = option(False, "train only the classification head (the encoder frozen)", group=MODEL)
+    lora_rank: Optional[int] = option(
+        None, "LoRA: train rank-r updates of the encoder projections lora_targets and the head, nothing else; "
+        "RUN/lora.npz holds them (none: off)", group=MODEL, interval="[1, inf)")
+    lora_targets: str = option(
+        "qkv,out", "LoRA: the projections, comma-separated among qkv, out, mlp", group=MODEL, metavar="NAMES",
+        check=parse_lora_targets)
     remat: bool = option(
         False, "recompute encoder block activations in the backward pass (less memory, ~1/3 more compute)",
         group=MODEL)
@@ -171,6 +187,10 @@ class TrainConfig:
         metavar="DIR")
     checkpoint_every: int = option(
         0, "also save the training state every N steps (0: at epoch ends only)", group=OUTPUTS, interval="[0, inf)")
+    fewshot_every: int = option(
+        0, "every N steps (and at the first epoch's end and the run's end) log the few-shot linear accuracy of the "
+        "frozen representation on the run's data: fewshot.csv, log.csv, TensorBoard (0: off)", group=OUTPUTS,
+        interval="[0, inf)")
     monitor: str = option("val_accuracy", "metric choosing the best model", group=OUTPUTS, metavar="METRIC")
     tensorboard: bool = option(True, "write TensorBoard logs", group=OUTPUTS)
     verbose: Union[int, str] = option(
@@ -184,6 +204,8 @@ class TrainConfig:
             missing = [key for key in ARCHITECTURE_KEYS if getattr(self, key) is None]
             if missing:
                 raise ValueError(f"model='custom' needs {', '.join(missing)}.")
+        if self.lora_rank and self.linear_probe:
+            raise ValueError("lora_rank and linear_probe exclude each other: LoRA trains the head too.")
         if self.batch_size % self.accumulation_steps:
             raise ValueError(
                 f"batch_size={self.batch_size} (per optimizer step) must be divisible by "

@@ -22,7 +22,9 @@ import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.files import write_json
-from keras_vit.training import checkpointing, distribution, hosts, layer_decay, optim, pipeline, precision, run_agreement
+from keras_vit.training import (
+    checkpointing, distribution, fewshot, hosts, layer_decay, lora, optim, pipeline, precision, run_agreement,
+)
 from keras_vit.training.data import load_source
 from keras_vit.training.recipes import TrainConfig, check_recipe_command, recipe
 from keras_vit.variants import ARCHITECTURE_KEYS
@@ -148,6 +150,7 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     source, batch, steps_per_epoch, epochs = load_and_plan(config, plan, data)
     augmentation = make_augmentation(config)
     setup = task.setup(config, source, augmentation)
+    lora.apply_config(config, setup.model)  # LoRA or the linear probe: what stays trainable
     train_model = setup.train_model
     train_model.compile(
         optimizer=make_optimizer(config, steps_per_epoch * epochs, setup.model), jit_compile=config.jit_compile,
@@ -192,13 +195,16 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
         )
         return plan.feed(transform(batches, 0, start_step))
 
-    callbacks = make_callbacks(config, plan, state, extra_callbacks)
+    callbacks = fewshot.config_callbacks(config, source, setup.model, config.run_dir if plan.is_chief else None)
+    callbacks += make_callbacks(config, plan, state, extra_callbacks)
     if start and plan.is_chief:
         print(f"Resuming {config.run_dir} at step {start}/{steps_per_epoch * epochs} "
               f"(epoch {start // steps_per_epoch + 1}).")
     with hosts.watching(config.run_dir, plan, config.host_timeout, state) as watch:
         history = fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, [*callbacks, watch],
                       fit_verbosity(config.verbose) if plan.is_chief else 0)
+    if config.lora_rank and plan.is_chief:
+        lora.save(setup.model, os.path.join(config.run_dir, "lora.npz"))
     return task.finish(Run(config, plan, policy, setup, state, val_ds, history, start, started))
 
 

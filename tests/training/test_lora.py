@@ -1,0 +1,81 @@
+"""LoRA on the encoder's projections and the linear probe: what trains, the small LoRA file,
+merging, saving and resuming."""
+
+import numpy as np
+import pytest
+
+import keras
+import keras_vit
+from keras_vit.training import lora
+
+ARCH = dict(patch_size=4, hidden_dim=16, depth=2, num_heads=2, mlp_dim=32)
+
+
+def tiny(size=16, classes=10):
+    return keras_vit.VisionTransformer(**ARCH, input_shape=(size, size, 3), classes=classes, classifier_activation=None)
+
+
+def run(model, images):
+    return keras.ops.convert_to_numpy(model(images, training=False))
+
+
+def test_lora_trains_low_rank_updates_and_the_head_saves_loads_and_merges(tmp_path):
+    base = tiny()
+    base_weights = base.get_weights()
+    model = tiny()
+    model.set_weights(base_weights)
+    lora.enable(model, 2, "qkv,mlp")
+    trainable = sorted(v.path for v in model.trainable_weights)
+    expected = [f"encoder/encoderblock_{i}/{layer}/lora_kernel_{ab}" for i in range(2)
+                for layer in ("attention/qkv", "mlp/dense_0", "mlp/dense_1") for ab in "ab"]
+    assert trainable == sorted(expected + ["head/kernel", "head/bias"])
+    assert sum(int(np.prod(v.shape)) for v in model.trainable_weights) == 2 * (2 * (16 + 48) + 2 * (16 + 32) * 2) + 170
+    rng = np.random.default_rng(0)
+    for variable in model.trainable_weights:  # as after training: B and the head no longer zero
+        variable.assign(0.1 * rng.standard_normal(variable.shape).astype("float32"))
+    images = rng.uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    tuned = run(model, images)
+    assert np.abs(tuned - run(base, images)).max() > 1e-3
+    path = tmp_path / "lora.npz"
+    lora.save(model, path)
+    onto_base = tiny()
+    onto_base.set_weights(base_weights)
+    np.testing.assert_allclose(run(lora.load(onto_base, path), images), tuned, atol=1e-5)
+    merged = lora.merged(model)
+    assert not any("lora" in v.path for v in merged.weights) and len(merged.weights) == len(base.weights)
+    np.testing.assert_allclose(run(merged, images), tuned, atol=1e-5)
+    model.save(tmp_path / "model.keras")  # loads as a plain ViT with the update merged
+    plain = keras.saving.load_model(tmp_path / "model.keras")
+    assert not any("lora" in v.path for v in plain.weights)
+    np.testing.assert_allclose(run(plain, images), tuned, atol=1e-5)
+    model.save_weights(tmp_path / "state.weights.h5")  # a checkpoint keeps A and B (resume)
+    values = model.get_weights()
+    for variable in model.weights:
+        variable.assign(np.zeros(variable.shape, "float32"))
+    model.load_weights(tmp_path / "state.weights.h5")
+    for got, want in zip(model.get_weights(), values):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="lora_targets='qkv,v'"):
+        lora.enable(tiny(), 2, "qkv,v")
+
+
+@pytest.mark.parametrize("mode", ["lora", "linear_probe"])
+def test_training_changes_only_what_the_recipe_trains(mode, tmp_path):
+    from keras_vit.training import train
+
+    model = tiny(size=8)
+    before = {v.path: keras.ops.convert_to_numpy(v).copy() for v in model.weights}
+    options = {"lora_rank": 2} if mode == "lora" else {"linear_probe": True}
+    train("digits", model=model, output_dir=str(tmp_path), steps=4, batch_size=32, reference_batch_size=32,
+          image_size=8, warmup_steps=0, tensorboard=False, verbose=0, **options)
+    changed = {v.path for v in model.weights
+               if "lora" not in v.path and not np.array_equal(keras.ops.convert_to_numpy(v), before[v.path])}
+    if mode == "lora":  # best weights loaded: the update merged into the kernels of qkv and out
+        assert changed - {"head/kernel", "head/bias"} <= {
+            f"encoder/encoderblock_{i}/attention/{name}/kernel" for i in range(2) for name in ("qkv", "out")}
+        stored = np.load(tmp_path / "lora.npz")
+        assert {k for k in stored.files if "lora" in k} == {
+            f"encoder/encoderblock_{i}/attention/{name}/lora_kernel_{ab}" for i in range(2) for name in ("qkv", "out")
+            for ab in "ab"}
+    else:
+        assert changed == {"head/kernel", "head/bias"}
