@@ -65,12 +65,6 @@ class ViTConfig:
     layer_scale_init: Optional[float] = None
     mlp: str = "gelu"
 
-    def __post_init__(self):
-        epsilon = self.layer_norm_epsilon  # a builder argument, or a checkpoint's once resolved
-        if epsilon is not None and (isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real)
-                                    or not 0 < epsilon < math.inf):
-            raise ValueError(f"layer_norm_epsilon={epsilon!r} must be a positive finite number (e.g. 1e-6).")
-
     @property
     def stride(self):
         """Input pixels per token along each side: the patch size times the stem's stride."""
@@ -78,7 +72,11 @@ class ViTConfig:
 
     def __post_init__(self):
         problem = None
-        if self.pooling is not None and self.pooling not in POOLINGS:
+        epsilon = self.layer_norm_epsilon  # a builder argument, or a checkpoint's once resolved
+        if epsilon is not None and (isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real)
+                                    or not 0 < epsilon < math.inf):
+            problem = f"layer_norm_epsilon={epsilon!r} must be a positive finite number (e.g. 1e-6)."
+        elif self.pooling is not None and self.pooling not in POOLINGS:
             problem = f"Unknown pooling={self.pooling!r}; expected one of {POOLINGS} or None."
         elif self.position_embedding not in POSITION_EMBEDDINGS:
             problem = f"Unknown position_embedding={self.position_embedding!r}; expected one of {tuple(POSITION_EMBEDDINGS)}."
