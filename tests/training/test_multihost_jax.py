@@ -155,14 +155,17 @@ def test_padding_of_validation_batches_is_not_counted_by_the_compiled_metrics():
     """One process, 2 devices pads each validation batch; the compiled model must score
     the padded stream as the unpadded one (main counted the padding as examples)."""
     from keras_vit import VisionTransformer
-    from keras_vit.training import recipe, trainer
+    from keras_vit.training import engine, recipe, trainer
 
     rng = np.random.default_rng(2)
     images, labels = rng.integers(0, 255, (31, 8, 8, 3), dtype=np.uint8), rng.integers(0, 3, 31)
     source = from_arrays(((images[:10], labels[:10]), (images[10:], labels[10:])))  # 21 validation examples
     model = VisionTransformer(patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32,
                               input_shape=(8, 8, 3), classes=3, classifier_activation="softmax", weights=None)
-    train_model = trainer._compile(recipe("digits", batch_size=8, image_size=8), model, 3, False, 10)
+    config = recipe("digits", batch_size=8, image_size=8, label_smoothing=0.0)  # sparse labels
+    setup = trainer.Classification(model).setup(config, source, engine.make_augmentation(config))
+    train_model = setup.train_model
+    train_model.compile(optimizer="sgd", **setup.compile)  # the loss and metrics of a training run
     plain = train_model.evaluate(pipeline.eval_dataset(source, 8, 8), verbose=0, return_dict=True)
     padded = train_model.evaluate(pipeline.eval_dataset(source, 8, 8, pad_to_multiple=2), verbose=0, return_dict=True)
     assert padded["accuracy"] == pytest.approx(plain["accuracy"], abs=1e-6)
