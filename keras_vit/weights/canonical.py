@@ -199,8 +199,9 @@ class Checkpoint:
     def expected_shapes(self):
         """Canonical key -> the shape the model's architecture gives it (stem keys left out),
         from the width (class token), patch embedding, MLP width, heads and head sizes."""
-        width, heads, mlp = self.shape("cls")[-1], self.num_heads, self.mlp_dim
+        width, heads, mlp = self.hidden_dim, self.num_heads, self.mlp_dim
         logits_in = self.representation_size or width
+        hidden = 2 * mlp if self.mlp == "swiglu" else mlp  # SwiGLU packs gate and value in Dense_0
         shapes = {"cls": (1, 1, width), "embedding/bias": (width,)}
         shapes.update({"Transformer/encoder_norm/scale": (width,), "Transformer/encoder_norm/bias": (width,)})
         for i in range(self.depth):
@@ -210,7 +211,7 @@ class Checkpoint:
             for name in QKV:
                 shapes.update({attn + name + "/kernel": (width, heads, width // heads), attn + name + "/bias": (heads, width // heads)})
             shapes.update({attn + "out/kernel": (heads, width // heads, width), attn + "out/bias": (width,)})
-            shapes.update({mlp_block + "Dense_0/kernel": (width, mlp), mlp_block + "Dense_0/bias": (mlp,)})
+            shapes.update({mlp_block + "Dense_0/kernel": (width, hidden), mlp_block + "Dense_0/bias": (hidden,)})
             shapes.update({mlp_block + "Dense_1/kernel": (mlp, width), mlp_block + "Dense_1/bias": (width,)})
         if self.representation_size:
             shapes.update({"pre_logits/kernel": (width, self.representation_size), "pre_logits/bias": (self.representation_size,)})
@@ -222,23 +223,25 @@ class Checkpoint:
         """Raises ValueError (one line) unless every tensor has the shape the architecture
         gives it and the recorded grid fits the position embeddings; reads no tensor data,
         so a file declaring impossible or inflated sizes is refused before it is read."""
-        for key in ("cls", "embedding/kernel", POSEMB):
-            if key not in self.tensors:
-                raise ValueError(f"{self.path}: no {key!r} tensor; keras_vit's ViT needs one.")
-        if len(self.shape("cls")) != 3:
-            raise ValueError(f"{self.path}: class token of shape {self.shape('cls')}; expected (1, 1, width).")
-        check_heads(self.num_heads, self.shape("cls")[-1], self.path)
-        width = self.shape("cls")[-1]
-        kernel, posemb = self.shape("embedding/kernel"), self.shape(POSEMB)
-        if len(kernel) != 4 or kernel[-1] != width or kernel[0] != kernel[1]:
-            raise ValueError(f"{self.path}: patch embedding kernel of shape {kernel}; expected (patch, patch, channels, {width}).")
-        if len(posemb) != 3 or posemb[0] != 1 or posemb[2] != width or posemb[1] < 2:
-            raise ValueError(f"{self.path}: position embeddings of shape {posemb}; expected (1, tokens, {width}).")
-        if self.grid is not None and self.grid[0] * self.grid[1] != posemb[1] - 1:
-            raise ValueError(
-                f"{self.path}: its configuration gives a {self.grid[0]}x{self.grid[1]} patch grid, but the "
-                f"position embeddings hold {posemb[1] - 1} patches."
-            )
+        if "embedding/kernel" not in self.tensors:
+            raise ValueError(f"{self.path}: no 'embedding/kernel' tensor; keras_vit's ViT needs one.")
+        kernel = self.shape("embedding/kernel")
+        if len(kernel) != 4 or kernel[0] != kernel[1]:
+            raise ValueError(f"{self.path}: patch embedding kernel of shape {kernel}; expected (patch, patch, channels, width).")
+        width = kernel[-1]
+        check_heads(self.num_heads, width, self.path)
+        for key in ("cls", DIST):
+            if key in self.tensors and tuple(self.shape(key)) != (1, 1, width):
+                raise ValueError(f"{self.path}: token {key!r} of shape {self.shape(key)}; expected (1, 1, {width}).")
+        if POSEMB in self.tensors:
+            posemb, prefix = self.shape(POSEMB), self.position_prefix
+            if len(posemb) != 3 or posemb[0] != 1 or posemb[2] != width or posemb[1] <= prefix:
+                raise ValueError(f"{self.path}: position embeddings of shape {posemb}; expected (1, tokens, {width}).")
+            if self.grid is not None and self.grid[0] * self.grid[1] != posemb[1] - prefix:
+                raise ValueError(
+                    f"{self.path}: its configuration gives a {self.grid[0]}x{self.grid[1]} patch grid, but the "
+                    f"position embeddings hold {posemb[1] - prefix} patches."
+                )
         for key, expected in self.expected_shapes().items():
             found = self.shape(key)
             if found is not None and tuple(found) != tuple(expected):
