@@ -126,16 +126,21 @@ def _tf_multi_worker_plan(strategy):
     is collective; Keras' multi-worker `fit` is patched (see `keras_20585`)."""
     from keras_vit.training import keras_20585, tf_multi_worker
 
+    workers, index = tf_multi_worker.worker_position(strategy)
+    gather = tf_multi_worker.gatherer(strategy)
     return Plan(
         "multi_worker",
         replicas=strategy.num_replicas_in_sync,
-        part=tf_multi_worker.worker_position(strategy),
+        part=(workers, index),
         is_chief=_tf_chief(strategy),
         collective_save=True,
         scope=strategy.scope,
         prepare=keras_20585.patch,
         feed=tf_multi_worker.feeder(strategy),
-        gather=tf_multi_worker.gatherer(strategy),
+        gather=gather,
+        processes=workers,
+        process_index=index,
+        allgather=lambda value: [row[0] for row in gather([value])],
     )
 
 

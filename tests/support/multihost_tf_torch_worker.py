@@ -1,4 +1,4 @@
-"""One process of a 2-process training run on 127.0.0.1 (for test_training_multihost_tf_torch).
+"""One process of a 2-process training run on 127.0.0.1 (for tests/training/test_multihost_tf_torch.py).
 
 Usage: python multihost_worker.py RUN_DIR REPORT [--kill-at STEP] [--cli] (KERAS_BACKEND,
 TF_CONFIG or torchrun's variables set by the caller). Trains the tiny digits ViT of `FLAGS`
@@ -16,7 +16,7 @@ import sys
 
 FLAGS = {
     "image_size": 8, "patch_size": 4, "hidden_dim": 16, "depth": 1, "num_heads": 2, "mlp_dim": 32,
-    "batch_size": 64, "steps": 16, "checkpoint_every": 5, "tensorboard": False, "verbose": 0,
+    "batch_size": 64, "steps": 16, "checkpoint_every": 5, "tensorboard": False, "verbose": 0, "host_timeout": 20,
 }
 
 

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import keras
 import numpy as np
@@ -164,3 +165,20 @@ def test_torch_ddp_kill_resume_global_metrics_and_separate_folders(tmp_path):
     np.testing.assert_allclose(logged, (local_0 + local_1) / 2, rtol=1e-5)  # ... the global mean
     assert np.abs(local_0 - local_1).max() > 1e-4  # (the ranks' own losses differ)
     assert os.path.exists(os.path.join(shared, "final.keras")) and os.path.exists(os.path.join(shared, "log.csv"))
+
+
+@pytest.mark.skipif(BACKEND not in ("tensorflow", "torch"), reason="TF multi_worker / torch DDP processes")
+def test_a_dead_peer_ends_the_survivor_in_bounded_time_with_one_line(tmp_path):
+    """Process 1 is killed after step 7; process 0, blocked in its next collective, must exit
+    non-zero within the worker's host_timeout (20 s) plus slack, saying which host was lost,
+    with the step-5 checkpoint intact."""
+    run = str(tmp_path / "run")
+    launches = (_tf_workers if BACKEND == "tensorflow" else _torch_nodes)([run, run], str(tmp_path / "dead"))
+    launches[1][0].extend(["--kill-at", "7"])
+    started = time.monotonic()
+    (code, out), _ = _run_all(launches)
+    assert code != 0 and time.monotonic() - started < LIMIT - 60, out[-3000:]
+    lines = [line for line in out.splitlines() if line.startswith("keras-vit:")]
+    assert len(lines) == 1 and "host 1" in lines[0], out[-3000:]
+    state = json.load(open(os.path.join(run, "checkpoint", "state.json")))
+    assert state["step"] == 5 and os.path.exists(os.path.join(run, "checkpoint", state["weights"]))
