@@ -12,8 +12,11 @@ class MLPBlock(keras.layers.Layer):
     """Position-wise MLP with hidden width `mlp_dim`.
 
     `approximate_gelu=True` is the tanh approximation of the original Flax code;
-    `False` is the exact erf GELU of timm and transformers.
+    `False` is the exact erf GELU of timm and transformers. Subclasses change the hidden
+    activation (`activate`) and how many columns per hidden unit `dense_0` has (`packed`).
     """
+
+    packed = 1
 
     def __init__(self, mlp_dim, dropout_rate=0.0, approximate_gelu=True, seed=None, **kwargs):
         super().__init__(**kwargs)
@@ -29,16 +32,18 @@ class MLPBlock(keras.layers.Layer):
             bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
             dtype=self.dtype_policy,
         )
-        self.dense_0 = Linear(self.mlp_dim, name="dense_0", **init)
+        self.dense_0 = Linear(self.packed * self.mlp_dim, name="dense_0", **init)
         self.dense_0.build(input_shape)
         self.dense_1 = Linear(input_shape[-1], name="dense_1", **init)
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
         self.dropout.build(None)  # called through `run`, which does not mark it built
 
     def call(self, x, training=None):
-        x = ops.gelu(run(self.dense_0, x), approximate=self.approximate_gelu)
-        x = run(self.dropout, x, training=training)
+        x = run(self.dropout, self.activate(run(self.dense_0, x)), training=training)
         return run(self.dropout, run(self.dense_1, x), training=training)
+
+    def activate(self, hidden):
+        return ops.gelu(hidden, approximate=self.approximate_gelu)
 
     def compute_output_shape(self, input_shape):
         return input_shape
