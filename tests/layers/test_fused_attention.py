@@ -71,7 +71,7 @@ def test_layer_training_through_padded_path_matches_default(rng, monkeypatch):
     monkeypatch.setattr(fused_attention, "padded_attention", padded)
     padded_value, padded_grads = value_and_grads(loss, x, *weights)
     assert calls and set(calls) == {"cudnn"}
-    np.testing.assert_allclose(padded_value, default[0], rtol=1e-6)
+    np.testing.assert_allclose(padded_value, default[0], rtol=1e-5)  # a float32 sum of 288 terms
     for got, want in zip(padded_grads, default[1]):
         np.testing.assert_allclose(got, want, atol=1e-5)
 
