@@ -151,8 +151,9 @@ def test_torch_ddp_kill_resume_global_metrics_and_separate_folders(tmp_path):
     assert json.load(open(os.path.join(shared, "checkpoint", "state.json")))["step"] == 5
 
     refused = _run_all(_torch_nodes([shared, alone], str(tmp_path / "apart")))
-    _assert_refused(refused, shared, alone, exit_code=1)  # torchrun's code for a worker that exited 2
-    assert all("exitcode  : 2" in out for _, out in refused)
+    # torchrun exits 1 for a failed worker; the worker's own code 2 is not always what its agent
+    # reports (a peer's agent may end it first), so the test holds to the one line on every rank
+    _assert_refused(refused, shared, alone, exit_code=1)
 
     resumed = _run_all(_torch_nodes([shared, shared], str(tmp_path / "r")))
     assert all(code == 0 for code, _ in resumed), resumed[0][1][-3000:] + resumed[1][1][-3000:]
