@@ -15,22 +15,14 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from keras_vit.cli import main
 from tests.support import BACKEND
+from tests.support.commands import fails
 from tests.support.checkpoints import TINY
 
 # The module, not the function `keras_vit.inference.predict` that the package exports.
 inference = importlib.import_module("keras_vit.inference.predict")
 
 GIB = 2**30
-
-
-def fails(argv, capsys, *expected):
-    assert main([str(a) for a in argv]) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    for text in expected:
-        assert text in err, err
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import pytest
 from keras_vit.cli import main
 from keras_vit.weights import convert_checkpoint
 from tests.support import BACKEND
+from tests.support.commands import fails
 from tests.support.checkpoints import original_npz_params
 
 pytestmark = pytest.mark.skipif(BACKEND != "torch", reason="file handling, the same on every backend")
@@ -23,14 +24,6 @@ pytestmark = pytest.mark.skipif(BACKEND != "torch", reason="file handling, the s
 GIB = 2**30
 
 
-def fails(argv, capsys, *expected):
-    """Runs the CLI; asserts exit 2 with one error line holding each of `expected`."""
-    assert main([str(a) for a in argv]) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    for text in expected:
-        assert text in err, err
-    return err
 
 
 def run_limited(argv, limit_gib=3, timeout=120):
