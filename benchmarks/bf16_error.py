@@ -25,19 +25,7 @@ import keras  # noqa: E402
 import keras_vit  # noqa: E402
 from keras_vit.variants import variant  # noqa: E402
 from numpy_vit import reference_params, vit_forward  # noqa: E402
-
-
-def weights_like_a_trained_vit(model, seed=0):
-    """Keeps the Glorot encoder, gives the embeddings and the (zero-initialised) head values."""
-    rng = np.random.default_rng(seed)
-    values = []
-    for v, value in zip(model.weights, model.get_weights()):
-        if v.path.startswith(("class_token", "posembed_input")):
-            value = 0.02 * rng.standard_normal(value.shape)
-        elif v.path == "head/kernel":
-            value = rng.standard_normal(value.shape) / np.sqrt(value.shape[0])
-        values.append(np.asarray(value, np.float32))
-    model.set_weights(values)
+from workload import weights_like_a_trained_vit  # noqa: E402
 
 
 def relative_error(got, want):

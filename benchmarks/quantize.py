@@ -27,20 +27,13 @@ import keras  # noqa: E402
 
 import keras_vit  # noqa: E402
 from keras_vit.training.quantization import MODES, quantized_copy  # noqa: E402
+from workload import weights_like_a_trained_vit  # noqa: E402
 
 
 def random_vit(name, size):
     keras.utils.set_random_seed(0)
     model = getattr(keras_vit, name)(input_shape=(size, size, 3), classifier_activation=None)
-    rng = np.random.default_rng(0)
-    values = []
-    for variable, value in zip(model.weights, model.get_weights()):
-        if variable.path.startswith(("class_token", "posembed_input")):
-            value = 0.02 * rng.standard_normal(value.shape)
-        elif variable.path == "head/kernel":
-            value = rng.standard_normal(value.shape) / np.sqrt(value.shape[0])
-        values.append(np.asarray(value, np.float32))
-    model.set_weights(values)
+    weights_like_a_trained_vit(model)
     return model
 
 

@@ -38,3 +38,16 @@ def batch(cfg):
     images = rng.uniform(-1.0, 1.0, (cfg["batch"], size, size, 3)).astype("float32")
     labels = rng.integers(0, NUM_CLASSES, (cfg["batch"],)).astype("int32")
     return images, labels
+
+
+def weights_like_a_trained_vit(model, seed=0):
+    """Keeps the Glorot encoder, gives the embeddings and the (zero-initialised) head values."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for v, value in zip(model.weights, model.get_weights()):
+        if v.path.startswith(("class_token", "posembed_input")):
+            value = 0.02 * rng.standard_normal(value.shape)
+        elif v.path == "head/kernel":
+            value = rng.standard_normal(value.shape) / np.sqrt(value.shape[0])
+        values.append(np.asarray(value, np.float32))
+    model.set_weights(values)
