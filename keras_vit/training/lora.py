@@ -16,6 +16,7 @@ A model saved with `model.save` has the update folded into its kernels already (
 """
 
 import json
+import zipfile
 
 import keras
 import numpy as np
@@ -76,9 +77,12 @@ def save(model, path):
 def load(model, path):
     """Enables LoRA on `model` (the base model the file was trained from) as recorded in the
     `.npz` file written by `save`, and assigns its matrices and head."""
-    with np.load(path) as stored:
-        settings = json.loads(str(stored["__settings__"]))
-        arrays = {key: stored[key] for key in stored.files if key != "__settings__"}
+    try:
+        with np.load(path) as stored:
+            settings = json.loads(str(stored["__settings__"]))
+            arrays = {key: stored[key] for key in stored.files if key != "__settings__"}
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{path} is not a LoRA file written by keras_vit.training.lora.save ({error}).") from None
     enable(model, settings["rank"], settings.get("targets", tuple(TARGETS)), settings["alpha"])
     variables = {v.path: v for v in model.weights}
     missing = sorted(set(arrays) - set(variables))

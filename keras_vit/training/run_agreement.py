@@ -7,11 +7,10 @@ process compares what it would resume from with the others' (one gather), and on
 difference all refuse with the same one-line error.
 """
 
-import json
 import os
 import zlib
 
-from keras_vit.training.checkpointing import STATE
+from keras_vit.training.checkpointing import STATE, read_state
 
 
 class RunStatesDiffer(ValueError):
@@ -20,12 +19,11 @@ class RunStatesDiffer(ValueError):
 
 def saved_state(directory):
     """`[step, checksum]` of the run state in `directory` (`[0, 0]`: none saved)."""
-    path = os.path.join(directory, STATE)
-    if not os.path.exists(path):
+    state = read_state(directory)  # a malformed state is refused in one line here too
+    if state is None:
         return [0, 0]
-    with open(path, "rb") as handle:
-        data = handle.read()
-    return [int(json.loads(data)["step"]), zlib.crc32(data) + 1]
+    with open(os.path.join(directory, STATE), "rb") as handle:
+        return [state["step"], zlib.crc32(handle.read()) + 1]
 
 
 def check_same_state(plan, run_dir):

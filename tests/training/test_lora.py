@@ -79,3 +79,16 @@ def test_training_changes_only_what_the_recipe_trains(mode, tmp_path):
             for ab in "ab"}
     else:
         assert changed == {"head/kernel", "head/bias"}
+
+
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04truncated", "npz without settings"])
+def test_a_file_that_is_not_a_lora_file_is_refused_in_one_line(tmp_path, content):
+    path = tmp_path / "l.npz"
+    if content == "npz without settings":
+        np.savez(path, a=np.zeros(2))
+    else:
+        path.write_bytes(content)
+    base = keras_vit.VisionTransformer(patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32,
+                                       input_shape=(8, 8, 3), classes=3)
+    with pytest.raises(ValueError, match="is not a LoRA file written by keras_vit.training.lora.save"):
+        lora.load(base, str(path))

@@ -183,3 +183,15 @@ def test_a_dead_peer_ends_the_survivor_in_bounded_time_with_one_line(tmp_path):
     assert len(lines) == 1 and "host 1" in lines[0], out[-3000:]
     state = json.load(open(os.path.join(run, "checkpoint", "state.json")))
     assert state["step"] == 5 and os.path.exists(os.path.join(run, "checkpoint", state["weights"]))
+
+
+@pytest.mark.parametrize("state", ['{"step": "abc", "weights": "step-1.weights.h5"}', "[1, 2]", ""])
+def test_the_resume_agreement_refuses_a_malformed_run_state_in_one_line(tmp_path, state):
+    from keras_vit.training import run_agreement
+    from keras_vit.training.checkpointing import BadRunState
+    from keras_vit.training.distribution import Plan
+
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "state.json").write_text(state)
+    with pytest.raises(BadRunState):
+        run_agreement.check_same_state(Plan("none"), str(tmp_path))
