@@ -13,7 +13,8 @@ references; the JSON (printed last, or written with `--json`) has every round.
 Frameworks: keras_vit and keras_hub on each Keras backend (`keras_vit/jax`, or `keras_vit`
 for all three), `transformers` (PyTorch, SDPA attention), `timm` (when importable), each of
 those two also as `transformers/compiled` / `timm/compiled` (`torch.compile`), and `jax_vit`
-(a plain JAX ViT, jax_vit.py). Every framework's batch is resident on the device (the GPU
+(a plain JAX ViT, jax_vit.py); `keras_vit/torch/compiled` is keras_vit on PyTorch with
+`compile(jit_compile=True)`. Every framework's batch is resident on the device (the GPU
 where there is one) before the timed steps. On a GPU, give `--peak-tflops` the bf16 figure of
 `benchmarks/matmul.py --size 8192` to see each row's share of the card's practical peak.
 """
@@ -53,6 +54,7 @@ def all_frameworks():
 def resolve_frameworks(requested):
     """Expands `keras_vit` / `keras_hub` to their three backends and checks the names."""
     known = [f"{fw}/{b}" for fw in KERAS_FRAMEWORKS for b in BACKENDS] + list(TORCH_FRAMEWORKS + JAX_FRAMEWORKS)
+    known += [f"{fw}/torch/compiled" for fw in KERAS_FRAMEWORKS]
     names = []
     for name in requested:
         expanded = [f"{name}/{b}" for b in BACKENDS] if name in KERAS_FRAMEWORKS else [name]
@@ -68,10 +70,12 @@ def resolve_frameworks(requested):
 
 def split_framework(name):
     """`(library, backend, torch_compile)` of a framework name: "keras_vit/jax",
-    "transformers", "timm/compiled" (with torch.compile), "jax_vit"."""
+    "keras_vit/torch/compiled" (`compile(jit_compile=True)`), "transformers", "timm/compiled"
+    (with torch.compile), "jax_vit"."""
     library, _, suffix = name.partition("/")
     if library in KERAS_FRAMEWORKS:
-        return library, suffix, False
+        backend, _, compiled = suffix.partition("/")
+        return library, backend, compiled == "compiled"
     if name in JAX_FRAMEWORKS:
         return library, "jax", False
     return library, "torch", suffix == "compiled"
@@ -317,6 +321,19 @@ def print_utilisation(rows, args):
                 print(f"{row['framework']} {row['precision']} {mode}: {tflops:.3f} TFLOP/s{share}")
 
 
+def print_ratios(rows):
+    """Each keras_vit row over each reference row of the same precision, per mode."""
+    refs = [r for r in rows if not r["framework"].startswith(KERAS_FRAMEWORKS)]
+    for row in rows:
+        if not row["framework"].startswith("keras_vit/"):
+            continue
+        for mode in MODES:
+            cells = [f"{ref['framework']} {row[mode] / ref[mode]:.2f}x" for ref in refs
+                     if ref["precision"] == row["precision"] and row.get(mode) and ref.get(mode)]
+            if cells:
+                print(f"{row['framework']} {row['precision']} {mode}: " + ", ".join(cells))
+
+
 def _fmt(x, spec=".2f"):
     return "-" if x is None else format(x, spec)
 
@@ -397,6 +414,8 @@ def main(argv=None):
     report["table"], report["headline"] = rows, headline
     print_table(rows, headline, args)
     print_utilisation(rows, args)
+    print()
+    print_ratios(rows)
     print(f"\nload average before {report['load_before'][0]:.2f}, after {report['load_after'][0]:.2f}")
     text = json.dumps(report, indent=1)
     if args.json:
