@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The "GPU" figures of benchmarks/RESULTS.md on one lent H100, one stage per device call
+# (each under the 10-minute limit). Run from the repository root with the wheels of keras,
+# namex and optree in .whl/ (the GPU image has torch, jax, timm and transformers, no keras):
+#   bash benchmarks/gpu.sh training | inference | large | remat
+# Logs and JSON go to $OUT (default: gpu-results/).
+set -o pipefail
+OUT=${OUT:-gpu-results}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
+PEAK=${PEAK:-798}  # bf16 TFLOP/s of an 8192^3 product on this card (matmul.py --size 8192)
+B16="--variant ViTB16 --batch 256 --precision mixed_bfloat16 --group-size 1 --peak-tflops $PEAK"
+REFS="keras_vit/jax keras_vit/torch keras_vit/torch/compiled transformers timm/compiled"
+case "$1" in
+training)
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+  python3 -c "import jax, torch, timm, transformers, keras; print('jax', jax.__version__, jax.devices(), 'torch', torch.__version__, 'timm', timm.__version__, 'transformers', transformers.__version__, 'keras', keras.__version__)"
+  KERAS_BACKEND=jax timeout 120 python3 benchmarks/matmul.py --size 8192 2>&1 | tee "$OUT/matmul.log"
+  timeout 480 python3 benchmarks/throughput.py $B16 --modes training --frameworks $REFS \
+    --steps 10 --rounds 3 --warmup 3 --json "$OUT/b16_training.json" 2>&1 | tee "$OUT/b16_training.log" ;;
+inference)
+  timeout 420 python3 benchmarks/throughput.py $B16 --modes inference --frameworks $REFS \
+    --steps 10 --rounds 3 --warmup 3 --json "$OUT/b16_inference.json" 2>&1 | tee "$OUT/b16_inference.log"
+  for b in jax torch; do
+    KERAS_BACKEND=$b timeout 120 python3 benchmarks/bf16_error.py --images 16 --torch-autocast 2>&1 | tee "$OUT/error_$b.log"
+  done ;;
+large)
+  timeout 560 python3 benchmarks/throughput.py --variant ViTL16 --batch 128 --precision mixed_bfloat16 \
+    --group-size 1 --peak-tflops $PEAK --modes training --frameworks keras_vit/jax keras_vit/torch/compiled timm/compiled \
+    --steps 5 --rounds 3 --warmup 2 --json "$OUT/l16_training.json" 2>&1 | tee "$OUT/l16_training.log" ;;
+remat)
+  for v in "ViTL16 --start 256" "ViTH14 --start 64"; do
+    KERAS_BACKEND=jax timeout 280 python3 benchmarks/remat_batch.py --variant $v --granularity 64 2>&1 | tee -a "$OUT/remat.log"
+  done ;;
+*) echo "usage: bash benchmarks/gpu.sh training|inference|large|remat" >&2; exit 2 ;;
+esac
