@@ -47,12 +47,14 @@ def torch_autocast_logits(model, images, arch):
     import torch
     from transformers import ViTForImageClassification
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     with tempfile.TemporaryDirectory() as folder:
-        keras_vit.weights.export(model, folder, format="hf")
-        hf = ViTForImageClassification.from_pretrained(folder, attn_implementation="sdpa").eval()
-    pixels = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
-    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        return hf(pixel_values=pixels).logits.float().numpy()
+        keras_vit.weights.export(model, os.path.join(folder, "hf"), format="hf")
+        hf = ViTForImageClassification.from_pretrained(os.path.join(folder, "hf"), attn_implementation="sdpa")
+    hf = hf.eval().to(device)
+    pixels = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous().to(device)
+    with torch.inference_mode(), torch.autocast(device, dtype=torch.bfloat16):
+        return hf(pixel_values=pixels).logits.float().cpu().numpy()
 
 
 def main(argv=None):

@@ -25,6 +25,7 @@ inference)
     KERAS_BACKEND=$b timeout 120 python3 benchmarks/bf16_error.py --images 16 --torch-autocast 2>&1 | tee "$OUT/error_$b.log"
   done ;;
 large)
+  KERAS_BACKEND=torch timeout 120 python3 benchmarks/bf16_error.py --images 16 --torch-autocast 2>&1 | tee "$OUT/error_autocast.log"
   timeout 560 python3 benchmarks/throughput.py --variant ViTL16 --batch 128 --precision mixed_bfloat16 \
     --group-size 1 --peak-tflops $PEAK --modes training --frameworks keras_vit/jax keras_vit/torch/compiled timm/compiled \
     --steps 5 --rounds 3 --warmup 2 --json "$OUT/l16_training.json" 2>&1 | tee "$OUT/l16_training.log" ;;
