@@ -123,6 +123,15 @@ def check_target(path, overwrite=False, folder=False, replaceable=False, inputs=
 WRITE_MARGIN = 2**20
 
 
+def regular_file(path, purpose):
+    """`path`, or a one-line ValueError unless it is a regular file (a symlink to one counts):
+    a FIFO or device named like a file of ours would block or never end when read."""
+    if not os.path.isfile(path):
+        kind = "missing" if not os.path.lexists(path) else "not a regular file (a folder, FIFO or device)"
+        raise ValueError(f"{path} is {kind}; refusing to read it {purpose}.")
+    return path
+
+
 def check_space(path, nbytes):
     """Raises OSError (one line) unless the filesystem that would hold `path` has room for
     `nbytes` more (plus `WRITE_MARGIN`): HDF5 writers crash rather than fail cleanly on a full

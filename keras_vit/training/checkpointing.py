@@ -26,7 +26,7 @@ import tempfile
 import keras
 import numpy as np
 
-from keras_vit.files import atomic_path, remove_stale, write_json
+from keras_vit.files import atomic_path, regular_file, remove_stale, write_json
 
 STATE = "state.json"
 WEIGHTS_NAME = re.compile(r"step-(\d+)\.weights\.h5")
@@ -63,12 +63,14 @@ def read_state(directory):
     path out of it) and `step` a count >= 0, else `BadRunState`.
     """
     path = os.path.join(directory, STATE)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return None
     try:
-        with open(path) as handle:
+        with open(regular_file(path, "as the run state"), "rb") as handle:
             state = json.load(handle)
-    except (ValueError, UnicodeDecodeError) as error:
+    except ValueError as error:  # also the refusal of a FIFO, device or folder
+        if not os.path.isfile(path):
+            raise BadRunState(f"{error} Move it away to start the run anew.") from None
         raise BadRunState(f"{path} is not valid JSON ({error}); move it away to start the run anew.") from None
     weights = state.get("weights") if isinstance(state, dict) else None
     step = state.get("step") if isinstance(state, dict) else None

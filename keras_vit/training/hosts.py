@@ -44,6 +44,10 @@ def _write(path, payload):
 
 
 def _read(path):
+    """A heartbeat's JSON, or None (missing, being replaced, or not a regular file: a FIFO
+    would block the watchdog)."""
+    if not os.path.isfile(path):
+        return None
     try:
         with open(path) as handle:
             return json.load(handle)

@@ -22,7 +22,7 @@ import zlib
 import h5py
 import numpy as np
 
-from keras_vit.files import atomic_path
+from keras_vit.files import atomic_path, regular_file
 from keras_vit.weights.lazy import CRCCheck, FileArray, LazyArray, bfloat16_to_float32
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -410,19 +410,10 @@ def read_keras(path):
 # ------------------------------------------------------------------ folders
 
 
-def regular_file(path):
-    """`path`, or a ValueError unless it is a regular file (a symlink to one counts): a FIFO
-    or device named like a checkpoint's file would block or never end when read."""
-    if not os.path.isfile(path):
-        kind = "missing" if not os.path.lexists(path) else "not a regular file (a folder, FIFO or device)"
-        raise ValueError(f"{path} is {kind}; refusing to read it as part of a checkpoint.")
-    return path
-
-
 def read_json(path):
     """The JSON object (a dict) in the regular file at `path`, or a one-line ValueError."""
     try:
-        with open(regular_file(path), encoding="utf-8") as f:
+        with open(regular_file(path, "as part of a checkpoint"), encoding="utf-8") as f:
             data = json.load(f)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path}: not a valid JSON file ({error}).") from None
@@ -490,5 +481,5 @@ def read_folder(folder):
     else:
         tensors, container = {}, "keras_h5"
         for name in files:
-            tensors.update(read_weights_h5(regular_file(os.path.join(folder, name)), prefix=name + "/"))
+            tensors.update(read_weights_h5(regular_file(os.path.join(folder, name), "as part of a checkpoint"), prefix=name + "/"))
     return RawCheckpoint(folder, container, tensors, meta)

@@ -195,3 +195,30 @@ def test_the_resume_agreement_refuses_a_malformed_run_state_in_one_line(tmp_path
     (tmp_path / "checkpoint" / "state.json").write_text(state)
     with pytest.raises(BadRunState):
         run_agreement.check_same_state(Plan("none"), str(tmp_path))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_run_state_or_heartbeat_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path, kind):
+    import signal
+
+    from keras_vit.training import hosts, run_agreement
+    from keras_vit.training.checkpointing import BadRunState
+    from keras_vit.training.distribution import Plan
+
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "hosts").mkdir()
+    for path in (tmp_path / "checkpoint" / "state.json", tmp_path / "hosts" / "1.json"):
+        os.mkfifo(path) if kind == "fifo" else path.mkdir()  # opening a FIFO blocks until a writer comes
+
+    def hung(*_):
+        raise TimeoutError("blocked on a FIFO")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        with pytest.raises(BadRunState, match=r"state.json is not a regular file \(a folder, FIFO or device\)"):
+            run_agreement.check_same_state(Plan("none"), str(tmp_path))
+        assert hosts._read(str(tmp_path / "hosts" / "1.json")) is None
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
