@@ -138,12 +138,12 @@ class RunState(keras.callbacks.Callback):
     A save is pending until a finite loss computed from its weights makes it the good state
     (see the module docstring). `write=False` (processes other than the chief) keeps count
     but writes nothing; `saving(model)` is the context manager every process enters around
-    each save (`distribution.Plan.saving`); `allgather` (`Plan.allgather`, several processes)
-    makes `restore` check that all resume from the same step.
+    each save (`distribution.Plan.saving`). That the processes of a run resume from one state
+    is checked before `restore`, by `run_agreement.check_same_state`.
     """
 
     def __init__(self, run_dir, inference_model, *, every_steps=0, monitor="val_accuracy", fingerprint=None, write=True,
-                 saving=lambda model: contextlib.nullcontext(), allgather=None, collective_save=False):
+                 saving=lambda model: contextlib.nullcontext(), collective_save=False):
         super().__init__()
         self.run_dir = run_dir
         self.directory = os.path.join(run_dir, "checkpoint")
@@ -154,7 +154,6 @@ class RunState(keras.callbacks.Callback):
         self.fingerprint = fingerprint or {}
         self.write = write
         self.saving = saving
-        self.allgather = allgather
         self.collective_save = collective_save
         self.step = 0
         self.best = None
@@ -189,14 +188,6 @@ class RunState(keras.callbacks.Callback):
     def restore(self, model):
         """Loads the saved state into `model` (compiled); returns the step it continues from."""
         state = read_state(self.directory)
-        if self.allgather is not None:  # every process must resume from the same step
-            steps = self.allgather(-1 if state is None else state["step"])
-            if len(set(steps)) > 1:
-                seen = ", ".join(f"host {i}: {'none' if s < 0 else f'step {s}'}" for i, s in enumerate(steps))
-                raise ValueError(
-                    f"The hosts see different saved states in {self.run_dir} ({seen}): every host must use the same "
-                    "run folder on shared storage (separate run folders are not supported)."
-                )
         if state is None:
             return 0
         saved = state.get("fingerprint", {})

@@ -167,7 +167,6 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
         fingerprint=json.loads(json.dumps(fingerprint)),  # as it reads back from state.json
         write=plan.is_chief,
         saving=plan.saving,
-        allgather=plan.allgather,
         collective_save=plan.collective_save,
     )
     state.tidy()  # what a run killed while saving left behind

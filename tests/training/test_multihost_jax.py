@@ -12,12 +12,13 @@ import socket
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import keras
 import numpy as np
 import pytest
 
-from keras_vit.training import checkpointing, hosts, pipeline
+from keras_vit.training import checkpointing, hosts, pipeline, run_agreement
 from keras_vit.training.data import from_arrays
 
 BACKEND = keras.backend.backend()
@@ -148,9 +149,9 @@ def test_separate_run_folders_are_refused_in_one_line(tmp_path):
         host1._check_shared()
     (chief / "checkpoint").mkdir()
     (chief / "checkpoint" / "state.json").write_text(json.dumps({"step": 6, "weights": "step-6.weights.h5"}))
-    state = checkpointing.RunState(str(chief), None, allgather=lambda step: [step, -1])
-    with pytest.raises(ValueError, match=r"different saved states .*host 0: step 6, host 1: none"):
-        state.restore(None)
+    plan = SimpleNamespace(gather=lambda row: [row, [0, 0]])  # host 1 sees no saved state
+    with pytest.raises(ValueError, match=r"different saved states .*process 0: step 6 \(state [0-9a-f]{8}\), process 1: no saved state"):
+        run_agreement.check_same_state(plan, str(chief))
 
 
 def test_padding_of_validation_batches_is_not_counted_by_the_compiled_metrics():
