@@ -275,7 +275,7 @@ def test_mixed_stream_is_resumable():
     for a, b in zip(full[4:], resumed.take(2)):  # ((images, mix table), labels)
         for xa, xb in zip(tf.nest.flatten(a), tf.nest.flatten(b)):
             np.testing.assert_array_equal(xa, xb)
-    assert all((table[:, 6] < 1 - 1e-6).any() for (_, table), _ in full)  # some labels are mixed
+    assert all((np.asarray(table)[:, 6] < 1 - 1e-6).any() for (_, table), _ in full)  # some labels are mixed
 
 
 def test_augmentation_validation():
