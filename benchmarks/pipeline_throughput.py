@@ -7,8 +7,9 @@ The input is JPEG-encoded images made here (ImageNet's mean size, 500 x 375, smo
 content plus noise, quality 90), decoded in the pipeline as the image-folder and
 tensorflow-datasets sources are. Each (recipe, resolution, cores) runs in its own process
 pinned to that many cores, with tf.data's thread pool of that size, through
-`keras_vit.training.pipeline.train_dataset` with the recipe's augmentation (finetune:
-inception crop + flip + resize; scratch: the same, RandAugment 2 x 0.5, MixUp 0.8 / CutMix 1.0).
+`keras_vit.training.pipeline.train_dataset` with the recipe's augmentation as training runs
+it (finetune: inception crop + flip + resize; scratch: the same and RandAugment 2 x 0.5, with
+the batch's MixUp 0.8 / CutMix 1.0 drawn; uint8 batches, scaled and mixed in the training step).
 Two references run in the same way (same files, cores and thread pool size): the decode limit
 (`tf.io.decode_jpeg` of each file, nothing else) and a plain per-image pipeline of the kind
 timm's default loader runs (Pillow + NumPy on `cores` threads). Prints images/s per core, its
@@ -120,13 +121,14 @@ def measure(cfg):
         batches, shape = iter(decode_limit(source, cfg["batch"]).with_options(options)), (cfg["batch"], 375, 500, 3)
     else:
         config = recipes.recipe(cfg["recipe"], image_size=size)
-        stream = pipeline.train_dataset(source, make_augmentation(config), cfg["batch"], seed=0)
+        stream = pipeline.train_dataset(source, make_augmentation(config), cfg["batch"], seed=0, on_step=True)
         batches = iter(stream.with_options(options))
     next(batches)  # warm-up: tracing, the first fill of the prefetch buffers
     start = time.perf_counter()
     for _ in range(cfg["batches"]):
         images, _labels = next(batches)
     seconds = time.perf_counter() - start
+    images = images[0] if isinstance(images, tuple) else images  # (uint8 images, mix table)
     assert tuple(images.shape) == shape, images.shape
     print(json.dumps({"images_per_s": cfg["batches"] * cfg["batch"] / seconds}))
 

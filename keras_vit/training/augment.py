@@ -2,7 +2,8 @@
 
 Per example, randomness is stateless and keyed by a `(2,)` seed so a pipeline is
 reproducible and can be resumed at any example (RandAugment: `randaugment`); MixUp and CutMix
-(Keras' semantics) take a seed per batch.
+(Keras' semantics) are drawn here per batch from a seed (`mix_table`) and applied in the
+training step (`on_step`).
 """
 
 import tensorflow as tf
@@ -124,58 +125,45 @@ def _beta(count, alpha, seed):
     return x / (x + tf.random.stateless_gamma([count], second, alpha))
 
 
-def mixup(images, labels, seed, alpha):
-    """Keras' `MixUp(alpha)` on a batch: each image and label mixed with those of a random
-    permutation of the batch, weight Beta(alpha, alpha) per example."""
-    perm_seed, weight_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-    count = tf.shape(images)[0]
-    order = tf.argsort(tf.random.stateless_uniform([count], perm_seed))
-    weight = _beta(count, alpha, weight_seed)
-    mixed = weight[:, None, None, None] * images + (1 - weight[:, None, None, None]) * tf.gather(images, order)
-    return mixed, weight[:, None] * labels + (1 - weight[:, None]) * tf.gather(labels, order)
+def _mixup_table(seed, count, alpha):
+    """MixUp rows of a `mix_table`: weight Beta(alpha, alpha) per example (Keras' `MixUp`)."""
+    weight = _beta(count, alpha, seed)
+    zeros = tf.zeros([count])
+    return tf.stack([zeros, zeros, zeros, zeros, weight, weight, weight], axis=1)
 
 
-def cutmix(images, labels, seed, factor):
-    """Keras' `CutMix(factor)` on a batch: alpha U(0, factor) per batch, then per example a box
-    of relative side sqrt(1 - Beta(alpha, alpha)) at a uniform place, filled from a random
-    permutation of the batch; labels mixed by the box's area."""
-    alpha_seed, weight_seed, place_seed, perm_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
-    count, height, width = tf.unstack(tf.shape(images)[:3])
+def _cutmix_table(seed, count, height, width, factor):
+    """CutMix rows of a `mix_table` (Keras' `CutMix(factor)`): alpha U(0, factor) per batch,
+    then per example a box of relative side sqrt(1 - Beta(alpha, alpha)) at a uniform place;
+    the label weighted by the area outside it."""
+    alpha_seed, weight_seed, place_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     alpha = tf.random.stateless_uniform([], alpha_seed, 0.0, factor) + 1e-6
     side = tf.sqrt(1.0 - _beta(count, alpha, weight_seed))
-    sizes = tf.cast(tf.stack([width, height]), tf.float32)
-    lengths = side[:, None] * sizes  # (count, 2): box width, height
+    sizes = tf.cast(tf.stack([height, width]), tf.float32)
+    lengths = side[:, None] * sizes  # (count, 2): box height, width
     begins = tf.random.stateless_uniform([count, 2], place_seed) * (sizes - lengths)
     ends = begins + lengths
-    x = tf.cast(tf.range(width), tf.float32)[None, None, :]
-    y = tf.cast(tf.range(height), tf.float32)[None, :, None]
-    inside = (x >= begins[:, 0, None, None]) & (x < ends[:, 0, None, None])
-    inside &= (y >= begins[:, 1, None, None]) & (y < ends[:, 1, None, None])
-    order = tf.argsort(tf.random.stateless_uniform([count], perm_seed))
-    images = tf.where(inside[..., None], tf.gather(images, order), images)
-    weight = 1.0 - lengths[:, 0] * lengths[:, 1] / (sizes[0] * sizes[1])
-    return images, weight[:, None] * labels + (1 - weight[:, None]) * tf.gather(labels, order)
+    label = 1.0 - lengths[:, 0] * lengths[:, 1] / (sizes[0] * sizes[1])
+    inside, outside = tf.zeros([count]), tf.ones([count])
+    return tf.stack([begins[:, 0], begins[:, 1], ends[:, 0], ends[:, 1], inside, outside, label], axis=1)
 
 
-def mix_batch(mixup_alpha, cutmix_alpha):
-    """A batch transform `(images, one_hot_labels, seed) -> mixed` with MixUp and/or CutMix,
-    stateless (`seed`: `(2,)`); None when both are off.
+def mix_table(seed, count, height, width, mixup_alpha, cutmix_alpha):
+    """The MixUp / CutMix of a batch of `count` images of `height` x `width`, drawn from the
+    `(2,)` `seed`, as the `(count, 7)` table the training step applies (`on_step.mix`, which
+    mixes each example with the batch reversed); None when both are off.
 
     With both, each batch gets one of the two at random (as timm does).
     """
     if mixup_alpha <= 0 and cutmix_alpha <= 0:
         return None
-
-    def mix(images, labels, seed):
-        choice_seed, seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-        if cutmix_alpha <= 0:
-            return mixup(images, labels, seed, mixup_alpha)
-        if mixup_alpha <= 0:
-            return cutmix(images, labels, seed, cutmix_alpha)
-        return tf.cond(
-            tf.random.stateless_uniform([], choice_seed) < 0.5,
-            lambda: mixup(images, labels, seed, mixup_alpha),
-            lambda: cutmix(images, labels, seed, cutmix_alpha),
-        )
-
-    return mix
+    choice_seed, seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    if cutmix_alpha <= 0:
+        return _mixup_table(seed, count, mixup_alpha)
+    if mixup_alpha <= 0:
+        return _cutmix_table(seed, count, height, width, cutmix_alpha)
+    return tf.cond(
+        tf.random.stateless_uniform([], choice_seed) < 0.5,
+        lambda: _mixup_table(seed, count, mixup_alpha),
+        lambda: _cutmix_table(seed, count, height, width, cutmix_alpha),
+    )

@@ -41,6 +41,9 @@ class Setup:
     train_model: keras.Model  # what `fit` trains: `model`, or a model around it
     compile: dict  # `loss` and `metrics` (or `weighted_metrics`) of `train_model.compile`
     one_hot: bool = False  # labels as one-hot vectors (label smoothing, MixUp / CutMix)
+    # `train_model`'s step takes uint8 training batches and scales (and mixes) them itself
+    # (`on_step.TrainingModel`); False: the host scales them to [-1, 1]
+    on_step: bool = False
     # `(dataset, salt, start_step) -> dataset` applied to the training (salt 0) and validation
     # (salt 1) batches, e.g. corrupting patches; None: the labelled batches as they are.
     transform: Optional[Callable[[Any, int, int], Any]] = None
@@ -190,7 +193,7 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
         batches = pipeline.train_dataset(
             source, augmentation, batch, one_hot=setup.one_hot, seed=config.seed, start=start_step * batch,
             shuffle_buffer=config.shuffle_buffer, shard=plan.shard, part=plan.part,
-            deterministic=config.deterministic, on_corrupt=config.on_corrupt,
+            deterministic=config.deterministic, on_corrupt=config.on_corrupt, on_step=setup.on_step,
         )
         return plan.feed(transform(batches, 0, start_step))
 

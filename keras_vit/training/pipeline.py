@@ -1,12 +1,14 @@
 """The `tf.data` input pipelines that feed `model.fit` on every Keras backend.
 
 Training stream: shuffle (a new order every pass over the data) -> repeat forever -> per
-example decode (of a JPEG only the crop window), inception crop, flip, [RandAugment] -> batch (dropping no data: batches run
-across epoch boundaries) -> scale to [-1, 1] -> [MixUp / CutMix] -> prefetch. Each example's
-crop, flip and RandAugment ops, and each batch's MixUp / CutMix, are drawn from a seed keyed
-by (first) example position in the stream, so the stream is a pure function of `seed` and can
-be started at any example (`start`), which is how a resumed run continues exactly where it
-stopped.
+example decode (of a JPEG only the crop window), inception crop, flip, [RandAugment] -> batch
+(dropping no data: batches run across epoch boundaries) -> prefetch. Then either the host
+scales the batch to [-1, 1], or (`on_step`) it sends uint8 images and the batch's MixUp /
+CutMix draw (`augment.mix_table`) to the training step, which scales and mixes them on the
+accelerator (`on_step`). Each example's crop, flip and RandAugment ops, and each batch's
+MixUp / CutMix, are drawn from a seed keyed by (first) example position in the stream, so the
+stream is a pure function of `seed` and can be started at any example (`start`), which is how
+a resumed run continues exactly where it stopped.
 
 Evaluation: decode -> resize + centre crop -> scale -> batch -> prefetch.
 """
@@ -77,8 +79,13 @@ def train_dataset(
     part=(1, 0),
     deterministic=False,
     on_corrupt="skip",
+    on_step=False,
 ):
     """An endless stream of `(images, labels)` batches of `batch_size` for training.
+
+    With `on_step` the images are uint8 in [0, 255] and, with MixUp / CutMix, `(images, mix
+    table)`, for a training step that finishes them (`on_step.TrainingModel`); without it
+    they are float32 in [-1, 1] and the augmentation must not mix.
 
     `start` is the number of examples this process has already consumed. Two ways to split
     the work over processes: `shard=(num_shards, index)` gives each its own shard of the data;
@@ -88,6 +95,9 @@ def train_dataset(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1.")
+    if augmentation.mixes_labels and not on_step:
+        raise ValueError("MixUp / CutMix run in the training step of the classification task; "
+                         "this task's stream cannot mix (set mixup=0 and cutmix=0).")
     num_shards, index = shard
     data = source.train if num_shards == 1 else source.train.shard(num_shards, index)
     size = shard_size(source.train_size, num_shards, index)
@@ -123,22 +133,24 @@ def train_dataset(
         if aug.randaugment_ops:
             ra_key = tf.random.experimental.stateless_fold_in(key, 1)
             image = randaugment.rand_augment(image, ra_key, aug.randaugment_ops, aug.randaugment_factor)
+        if on_step:  # pixels stay in [0, 255] through every transform
+            image = tf.saturate_cast(tf.round(image), tf.uint8)
         return image, label, position
 
     stream = stream.map(example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     if (source.decode or source.read) is not None and on_corrupt == "skip":
         stream = stream.ignore_errors()
     stream = stream.batch(batch_size, drop_remainder=True)
-    mix = augment.mix_batch(aug.mixup, aug.cutmix)
-    num_classes = source.num_classes
+    num_classes, size = source.num_classes, aug.image_size
 
     def finish(images, labels, positions):
-        images, labels = augment.scale_to_unit(images), _labels(labels, num_classes, one_hot or mix is not None)
-        if mix is None:
-            return images, labels
+        labels = _labels(labels, num_classes, one_hot or aug.mixes_labels)
+        if not on_step:
+            return augment.scale_to_unit(images), labels
         # keyed by the batch's first example: reproducible and resumable like the examples
         key = tf.random.experimental.stateless_fold_in(tf.stack([tf.cast(seed, tf.int64), positions[0]]), 2)
-        return mix(images, labels, key)
+        table = augment.mix_table(key, batch_size, size, size, aug.mixup, aug.cutmix)
+        return (images if table is None else (images, table)), labels
 
     stream = stream.map(finish, num_parallel_calls=AUTOTUNE)
     return stream.prefetch(AUTOTUNE).with_options(_options(deterministic))

@@ -102,7 +102,7 @@ def draw_contrast(seed, factor, image):
 
 
 def contrast(image, params):
-    mean = tf.reduce_mean(image, axis=[0, 1], keepdims=True)
+    mean = tf.reduce_mean(tf.reshape(image, [-1, 3]), axis=0)
     return tf.clip_by_value((image - mean) * params + mean, 0.0, 255.0)
 
 
@@ -142,11 +142,13 @@ def draw_nothing(seed, factor, image):
 
 
 def autocontrast(image, params=None):
-    low = tf.reduce_min(image, axis=[0, 1], keepdims=True)
-    high = tf.reduce_max(image, axis=[0, 1], keepdims=True)
-    scale = 255.0 / tf.where(high > low, high - low, 1.0)
-    stretched = tf.clip_by_value((image - low) * scale, 0.0, 255.0)
-    return tf.where(high > low, stretched, image)
+    pixels = tf.reshape(image, [-1, 3])
+    low, high = tf.reduce_min(pixels, axis=0), tf.reduce_max(pixels, axis=0)
+    # a flat channel stays as it is: (x - 0) * 1, clipped to [0, 255], is x
+    spread = high > low
+    low = tf.where(spread, low, 0.0)
+    scale = tf.where(spread, 255.0 / tf.where(spread, high - low, 1.0), 1.0)
+    return tf.clip_by_value((image - low) * scale, 0.0, 255.0)
 
 
 def _equalize_channel(channel):

@@ -10,7 +10,8 @@ import os
 
 import keras
 
-from keras_vit.training import engine
+from keras_vit.torch_compile import compile_once
+from keras_vit.training import engine, on_step
 from keras_vit.training.heads import logits_model
 
 
@@ -73,10 +74,14 @@ class Classification(engine.Task):
                 f"The model takes {tuple(model.inputs[0].shape[1:])} images but image_size={config.image_size}."
             )
         one_hot = config.label_smoothing > 0 or augmentation.mixes_labels
-        train_model, from_logits = logits_model(model)
+        logits, from_logits = logits_model(model)
+        # the same layers, with a step that scales and mixes the host's uint8 batches
+        train_model = compile_once(on_step.TrainingModel(logits.inputs, logits.outputs, name=logits.name))
         loss, metrics = loss_and_metrics(source.num_classes, one_hot, from_logits, config.label_smoothing)
         # weighted: the padding of evaluation batches (weight 0) is not counted
-        return engine.Setup(model, train_model, dict(loss=loss, weighted_metrics=metrics), one_hot=one_hot)
+        return engine.Setup(
+            model, train_model, dict(loss=loss, weighted_metrics=metrics), one_hot=one_hot, on_step=True
+        )
 
     def metadata(self, config, source):
         classes = {"class_names": source.class_names, "image_size": config.image_size, "eval_crop": config.eval_crop}
