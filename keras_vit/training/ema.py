@@ -64,8 +64,8 @@ def _averaging_optimizer(model):
 
 
 def _pairs(model):
-    if hasattr(model, "jax_state_sync"):  # JAX, inside `fit`: the latest state into the variables
-        model.jax_state_sync()
+    """`(trained variable, its average)` pairs of `model`. (Under JAX inside `fit`, a callback's
+    `self.model` has the latest state in its variables: Keras syncs it on access.)"""
     optimizer = _averaging_optimizer(model)
     return [] if optimizer is None else list(zip(optimizer._trainable_variables,
                                                  optimizer._model_variables_moving_average))

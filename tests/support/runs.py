@@ -5,12 +5,6 @@ import keras
 import numpy as np
 
 
-def _synced(model):
-    if hasattr(model, "jax_state_sync"):  # JAX inside `fit`: the variables hold the latest step
-        model.jax_state_sync()
-    return model
-
-
 def weights_by_path(model):
     return {v.path: np.array(keras.ops.convert_to_numpy(v)) for v in model.weights}
 
@@ -21,7 +15,8 @@ def saved_weights(path):
 
 
 class EveryStep(keras.callbacks.Callback):
-    """Records the trainable weights (by path) after every training step; raises
+    """Records the trainable weights (by path) after every training step (under JAX, Keras
+    syncs the variables when a callback reads `self.model`); raises
     `KeyboardInterrupt` (a kill) after step `kill_after` if given."""
 
     def __init__(self, kill_after=None):
@@ -29,7 +24,7 @@ class EveryStep(keras.callbacks.Callback):
         self.kill_after, self.steps = kill_after, []
 
     def on_train_batch_end(self, batch, logs=None):
-        self.steps.append({v.path: np.array(keras.ops.convert_to_numpy(v)) for v in _synced(self.model).trainable_weights})
+        self.steps.append({v.path: np.array(keras.ops.convert_to_numpy(v)) for v in self.model.trainable_weights})
         if len(self.steps) == self.kill_after:
             raise KeyboardInterrupt("simulated kill")
 
