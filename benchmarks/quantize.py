@@ -5,9 +5,10 @@
 
 For each mode (float32 first): the logits' largest and relative error against float32 on the
 same images, the CPU latency of one batch (Keras' `predict_on_batch`; median of `--rounds`
-after a warm-up, the modes taking turns in each round), the size of the saved `.keras` file and, with `--data`, top-1 on the
-validation split of the model's run. Random weights: Glorot encoder, N(0, 0.02) embeddings,
-a N(0, 1/width) head (the builder's zero head would make every logit 0).
+after a warm-up, the modes taking turns in each round), the size of the saved `.keras` file
+and, with `--data`, top-1 on the validation split of the model's run. Random weights: Glorot
+encoder, N(0, 0.02) embeddings, a N(0, 1/width) head (the builder's zero head would make every
+logit 0).
 """
 
 import argparse

@@ -29,13 +29,13 @@ class PerUpdateAverage:
     def _update_model_variables_moving_average(self, trainable_variables):
         steps = self.gradient_accumulation_steps or 1
         updated = ops.equal(ops.mod(self._iterations + 1, steps), 0)  # this call applied an update
-        first = ops.equal(self.iterations, 0)
+        decay = ops.where(ops.equal(self.iterations, 0), 0.0, self.ema_momentum)  # the first update: a copy
         for variable, average in zip(trainable_variables, self._model_variables_moving_average):
             if average is None:
                 continue
             previous = ops.convert_to_tensor(average)
-            decay = ops.cast(ops.where(first, 0.0, self.ema_momentum), average.dtype)
-            moved = decay * previous + (1 - decay) * ops.cast(variable, average.dtype)
+            rate = ops.cast(decay, average.dtype)
+            moved = rate * previous + (1 - rate) * ops.cast(variable, average.dtype)
             average.assign(ops.where(updated, moved, previous))
 
     def finalize_variable_values(self, var_list):
@@ -44,7 +44,7 @@ class PerUpdateAverage:
 
 def _averaging_class(cls):
     name = f"EMA{cls.__name__}"
-    doc = f"`{cls.__name__}` whose weight EMA moves once per update and stays out of the weights (`keras_vit.training.ema`)."
+    doc = f"`{cls.__name__}` with a weight EMA moved once per update, kept out of the weights (`training.ema`)."
     new = type(name, (PerUpdateAverage, instantiated_class(cls)), {"__doc__": doc, "__module__": __name__})
     return keras.saving.register_keras_serializable(package="keras_vit")(new)
 
