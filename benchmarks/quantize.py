@@ -4,10 +4,11 @@
     KERAS_BACKEND=jax python benchmarks/quantize.py --model runs/digits/best.keras --data digits
 
 For each mode (float32 first): the logits' largest and relative error against float32 on the
-same images, the CPU latency of one batch (median of `--rounds` after a warm-up, Keras'
-`predict_on_batch`), the size of the saved `.keras` file and, with `--data`, top-1 on the
-validation split of the model's run. Random weights: Glorot encoder, N(0, 0.02) embeddings,
-a N(0, 1/width) head (the builder's zero head would make every logit 0).
+same images, the CPU latency of one batch (Keras' `predict_on_batch`; median of `--rounds`
+after a warm-up, the modes taking turns in each round), the size of the saved `.keras` file
+and, with `--data`, top-1 on the validation split of the model's run. Random weights: Glorot
+encoder, N(0, 0.02) embeddings, a N(0, 1/width) head (the builder's zero head would make every
+logit 0).
 """
 
 import argparse
@@ -37,14 +38,18 @@ def random_vit(name, size):
     return model
 
 
-def latency(model, images, rounds):
-    model.predict_on_batch(images)
-    times = []
+def latencies(models, images, rounds):
+    """The median latency of one batch of each model, the models taking turns in every round
+    (after a warm-up each), so that a change of the machine's load hits them all alike."""
+    for model in models:
+        model.predict_on_batch(images)
+    times = [[] for _ in models]
     for _ in range(rounds):
-        start = time.perf_counter()
-        keras.ops.convert_to_numpy(model.predict_on_batch(images))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for model, measured in zip(models, times):
+            start = time.perf_counter()
+            keras.ops.convert_to_numpy(model.predict_on_batch(images))
+            measured.append(time.perf_counter() - start)
+    return [statistics.median(measured) for measured in times]
 
 
 def saved_size(model):
@@ -82,16 +87,17 @@ def main(argv=None):
     size = model.inputs[0].shape[1]
     images = np.random.default_rng(1).uniform(-1, 1, (args.batch, size, size, 3)).astype("float32")
     reference = keras.ops.convert_to_numpy(model.predict_on_batch(images)).astype(np.float64)
+    modes = ["float32", *args.modes.split(",")]
+    candidates = [model if mode == "float32" else quantized_copy(model, mode) for mode in modes]
     rows = []
-    for mode in ["float32", *args.modes.split(",")]:
-        candidate = model if mode == "float32" else quantized_copy(model, mode)
+    for mode, candidate, seconds in zip(modes, candidates, latencies(candidates, images, args.rounds)):
         logits = keras.ops.convert_to_numpy(candidate.predict_on_batch(images)).astype(np.float64)
         row = {
             "mode": mode,
             "max_abs_error": float(np.abs(logits - reference).max()),
             "relative_error": float(np.linalg.norm(logits - reference) / np.linalg.norm(reference)),
             "argmax_agreement": float(np.mean(logits.argmax(-1) == reference.argmax(-1))),
-            "latency_ms": 1000 * latency(candidate, images, args.rounds),
+            "latency_ms": 1000 * seconds,
             "file_mb": saved_size(candidate) / 2**20,
         }
         if args.model and args.data:

@@ -4,7 +4,8 @@ A run directory holds:
 
     checkpoint/state.json            {"step", "weights", "best", "best_epoch", "fingerprint"}
     checkpoint/step-<N>.weights.h5   model + optimizer variables after N training steps
-    best.keras                       the model (softmax output) of the best epoch so far
+    best.keras                       the model (softmax output) of the best epoch so far (its
+                                     weight average if the optimizer keeps one: `training.ema`)
 
 Each save writes a new weights file; it becomes the state to resume from (`state.json`
 replaced by an atomic rename to point at it, the previous file deleted) only once a finite
@@ -27,6 +28,7 @@ import keras
 import numpy as np
 
 from keras_vit.files import atomic_path, regular_file, remove_stale, write_json
+from keras_vit.training import ema
 
 STATE = "state.json"
 WEIGHTS_NAME = re.compile(r"step-(\d+)\.weights\.h5")
@@ -266,7 +268,8 @@ class RunState(keras.callbacks.Callback):
         val_loss = _number(logs.get("val_loss"))
         if _finite(val_loss) and self._improved(_number(logs.get(self.monitor))):
             self.best, self.best_epoch = _number(logs.get(self.monitor)), epoch + 1
-            with self.saving(self.model), save_target(self.best_path, self.write, self.collective_save) as tmp:
+            with self.saving(self.model), ema.averaged(self.model), \
+                    save_target(self.best_path, self.write, self.collective_save) as tmp:
                 if tmp:
                     self.inference_model.save(tmp)
         self._save()

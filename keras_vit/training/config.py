@@ -156,6 +156,10 @@ class TrainConfig:
     schedule: str = option(
         "cosine", "cosine, linear or constant after the warm-up", group=OPTIMISATION, choices=SCHEDULES)
     warmup_steps: int = option(500, "linear warm-up steps", group=OPTIMISATION, interval="[0, inf)")
+    ema_decay: float = option(
+        0.0, "keep an exponential moving average of the trained weights with this decay per optimizer update "
+        "(e.g. 0.999); validation, best.keras and the final model use it (0: off)", group=OPTIMISATION,
+        interval="[0, 1)")
     label_smoothing: float = option(0.0, "label smoothing", group=OPTIMISATION, interval="[0, 1)")
 
     mask_rate: float = option(0.5, "fraction of the patches corrupted", group=PRETRAIN, interval="(0, 1]")

@@ -23,14 +23,16 @@ import keras
 from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.files import write_json
 from keras_vit.training import (
-    checkpointing, distribution, fewshot, hosts, layer_decay, lora, optim, pipeline, precision, run_agreement,
+    checkpointing, distribution, ema, fewshot, hosts, layer_decay, lora, optim, pipeline, precision, run_agreement,
 )
 from keras_vit.training.data import load_source
 from keras_vit.training.recipes import TrainConfig, check_recipe_command, recipe
 from keras_vit.variants import ARCHITECTURE_KEYS
 
 # Settings a resumed run must share with the run that wrote the checkpoint (and a task's own).
-FINGERPRINT = ("data", *ARCHITECTURE_KEYS, "image_size", "batch_size", "accumulation_steps", "seed", "optimizer")
+FINGERPRINT = (
+    "data", *ARCHITECTURE_KEYS, "image_size", "batch_size", "accumulation_steps", "seed", "optimizer", "ema_decay",
+)
 
 
 @dataclasses.dataclass
@@ -205,6 +207,7 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     with hosts.watching(config.run_dir, plan, config.host_timeout, state) as watch:
         history = fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, [*callbacks, watch],
                       fit_verbosity(config.verbose) if plan.is_chief else 0)
+    ema.use_average(train_model)  # the weights saved and returned from here on: the average, if kept
     if config.lora_rank and plan.is_chief:
         lora.save(setup.model, os.path.join(config.run_dir, "lora.npz"))
     return task.finish(Run(config, plan, policy, setup, state, val_ds, history, start, started))
@@ -294,6 +297,7 @@ def make_optimizer(config, total_steps, model):
         clipnorm=config.clipnorm,
         accumulation_steps=config.accumulation_steps,
         lr_scales=None if config.layer_decay is None else layer_decay.layer_scales(model, config.layer_decay),
+        ema_decay=config.ema_decay,
     )
 
 
@@ -311,12 +315,15 @@ def _write_run_folder(task, config, source, data, fresh):
 
 
 def make_callbacks(config, plan, state, extra):
-    """The run's callbacks: the NaN guard and the run state first, the chief's logs, then `extra`."""
+    """The run's callbacks: the NaN guard and the run state first (validation on the weight
+    average if kept), the chief's logs, then `extra`."""
     advice = (
         f"lower the learning rate (now {config.learning_rate}), keep clipnorm on, or use "
         f"precision='float32' (now {config.precision!r})"
     )
     callbacks = [checkpointing.StopOnNaN(state, advice=advice), state]
+    if config.ema_decay:
+        callbacks.append(ema.EvaluateAverage())
     if plan.is_chief:
         callbacks.append(keras.callbacks.CSVLogger(os.path.join(config.run_dir, "log.csv"), append=True))
         if config.tensorboard and importlib.util.find_spec("tensorboard") is not None:

@@ -16,6 +16,8 @@ import os
 import keras
 import numpy as np
 
+from keras_vit.training import ema
+
 SHOTS = (1, 5, 10, 25)
 SEEDS = 3
 L2 = 2.0**10
@@ -185,7 +187,8 @@ class FewShotCallback(keras.callbacks.Callback):
     def run(self, step):
         if self._representation is None:
             self._representation = representation_model(self.network, self.layer)
-        arrays = source_features(self._representation, self.source, self.image_size, self.batch_size)
+        with ema.averaged(self.model):  # the weight average, if the run keeps one
+            arrays = source_features(self._representation, self.source, self.image_size, self.batch_size)
         smallest = int(np.bincount(arrays[1]).min())  # the shot counts the data has images for
         shots = [k for k in self.shots if k <= smallest] or [smallest]
         self.latest = summarise(fewshot_accuracy(*arrays, shots=shots, seeds=self.seeds, l2=self.l2))

@@ -74,7 +74,7 @@ class ScaledLearningRates:
         return {**super().get_config(), "lr_scales": self.lr_scales}
 
 
-def _instantiated_class(cls):
+def instantiated_class(cls):
     """The class Keras instantiates for optimizer `cls` on this backend: PyTorch's substitutes
     its fused (`torch._foreach`) version, which the layer-decay class then extends."""
     return type(cls.__new__(cls))
@@ -83,7 +83,7 @@ def _instantiated_class(cls):
 def _layer_decay_class(cls):
     name = f"LayerDecay{cls.__name__}"
     doc = f"`keras.optimizers.{cls.__name__}` with per-variable learning-rate scales (`lr_scales`)."
-    new = type(name, (ScaledLearningRates, _instantiated_class(cls)), {"__doc__": doc, "__module__": __name__})
+    new = type(name, (ScaledLearningRates, instantiated_class(cls)), {"__doc__": doc, "__module__": __name__})
     return keras.saving.register_keras_serializable(package="keras_vit")(new)
 
 

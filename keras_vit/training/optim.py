@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.training import layer_decay
+from keras_vit.training import ema, layer_decay
 from keras_vit.training.config import LR_SCALINGS, OPTIMIZERS, SCHEDULES
 
 # Not decayed by AdamW: biases, LayerNorm scales / offsets, the class token and position embeddings.
@@ -102,12 +102,14 @@ def build_optimizer(
     clipnorm=None,
     accumulation_steps=1,
     lr_scales=None,
+    ema_decay=0.0,
 ):
     """A Keras optimizer; `clipnorm` clips the global norm; accumulation averages micro-batches
     (a learning-rate schedule still counts optimizer updates).
 
     `lr_scales` (`{variable path: scale}`, e.g. `layer_decay.layer_scales`) multiplies
-    those variables' learning rates (see `keras_vit.training.layer_decay`)."""
+    those variables' learning rates (see `keras_vit.training.layer_decay`); `ema_decay` > 0
+    keeps an exponential average of the trained weights (see `keras_vit.training.ema`)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer={name!r}; expected one of {OPTIMIZERS}.")
     if accumulation_steps < 1:
@@ -125,10 +127,14 @@ def build_optimizer(
     if lr_scales:
         classes = layer_decay.OPTIMIZERS
         common["lr_scales"] = lr_scales
+    cls = classes[name]
+    if ema_decay:
+        cls = ema.AVERAGING[cls]
+        common.update(use_ema=True, ema_momentum=ema_decay)
     if name == "sgd":
-        optimizer = classes[name](momentum=momentum, **common)
+        optimizer = cls(momentum=momentum, **common)
     else:
-        optimizer = classes[name](beta_1=beta_1, beta_2=beta_2, **common)
+        optimizer = cls(beta_1=beta_1, beta_2=beta_2, **common)
     if weight_decay:
         optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
     return optimizer

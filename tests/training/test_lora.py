@@ -7,6 +7,7 @@ import pytest
 import keras
 import keras_vit
 from keras_vit.training import lora
+from tests.support.runs import EveryStep, saved_weights
 
 ARCH = dict(patch_size=4, hidden_dim=16, depth=2, num_heads=2, mlp_dim=32)
 
@@ -92,3 +93,48 @@ def test_a_file_that_is_not_a_lora_file_is_refused_in_one_line(tmp_path, content
                                        input_shape=(8, 8, 3), classes=3)
     with pytest.raises(ValueError, match="is not a LoRA file written by keras_vit.training.lora.save"):
         lora.load(base, str(path))
+
+
+@pytest.mark.parametrize("mode", ["lora", "linear_probe"])
+def test_a_stopped_run_resumed_equals_an_uninterrupted_one(mode, tmp_path):
+    """Killed after step 3 (the state of step 2 saved), then resumed: the same files as a run
+    never stopped; only the LoRA matrices (merged into qkv / out) or the head changed. The LoRA
+    run keeps a weight average too (`ema_decay`): its files hold the average."""
+    from keras_vit.training import train
+
+    base = tiny(size=8).get_weights()
+
+    def model():
+        fresh = tiny(size=8)
+        fresh.set_weights(base)
+        return fresh
+
+    options = dict(steps=6, batch_size=32, reference_batch_size=32, image_size=8, warmup_steps=0, checkpoint_every=2,
+                   deterministic=True, tensorboard=False, verbose=0, jit_compile=keras.backend.backend() == "jax")
+    options.update({"lora_rank": 2, "ema_decay": 0.8} if mode == "lora" else {"linear_probe": True})
+    whole = train("digits", model=model(), output_dir=str(tmp_path / "whole"), **options)
+    with pytest.raises(KeyboardInterrupt):
+        train("digits", model=model(), output_dir=str(tmp_path / "resumed"), callbacks=[EveryStep(kill_after=3)],
+              **options)
+    assert not (tmp_path / "resumed" / "lora.npz").exists()
+    resumed = train("digits", model=model(), output_dir=str(tmp_path / "resumed"), **options)
+    assert resumed.resumed_from == 2 and resumed.steps == whole.steps == 6
+    for name in ("final.keras", "best.keras"):
+        got, want = saved_weights(tmp_path / "resumed" / name), saved_weights(tmp_path / "whole" / name)
+        assert got.keys() == want.keys()
+        for path in want:
+            np.testing.assert_allclose(got[path], want[path], rtol=1e-5, atol=1e-6, err_msg=f"{name}: {path}")
+    before = dict(zip((v.path for v in tiny(size=8).weights), base))
+    final = saved_weights(tmp_path / "resumed" / "final.keras")
+    changed = {path for path, value in final.items() if not np.array_equal(value, before[path])}
+    head = {"head/kernel", "head/bias"}
+    if mode == "lora":
+        assert head < changed <= head | {
+            f"encoder/encoderblock_{i}/attention/{name}/kernel" for i in range(2) for name in ("qkv", "out")}
+        got, want = np.load(tmp_path / "resumed" / "lora.npz"), np.load(tmp_path / "whole" / "lora.npz")
+        assert sorted(got.files) == sorted(want.files) and any("lora_kernel" in name for name in want.files)
+        for name in want.files:
+            if want[name].dtype.kind == "f":
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    else:
+        assert changed == head
