@@ -19,6 +19,7 @@ from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedd
 from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.sincos_position_embedding import SinCosPositionEmbedding
+from keras_vit.preprocessing import DEFAULT as DEFAULT_PREPROCESSING, check_name
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS, variant  # noqa: F401  (part of this module's interface)
 
 DEFAULT_SIZE = 224
@@ -36,7 +37,9 @@ class ViTConfig:
     class token) with `distillation_head` (a second head on it; the logits are the mean of
     both heads), `num_registers` (DINOv2's register tokens, after those, with no position
     embedding), `position_embedding` ("learned" or the fixed "sincos2d"),
-    `layer_scale_init` (LayerScale in every block, None: none) and `mlp` ("gelu", "swiglu")."""
+    `layer_scale_init` (LayerScale in every block, None: none) and `mlp` ("gelu", "swiglu").
+    `preprocessing`: what the model's inputs are scaled by (a name of
+    `keras_vit.preprocessing.PREPROCESSING`; None: its weights', else the paper's)."""
 
     patch_size: int = 16
     hidden_dim: int = 768
@@ -64,6 +67,7 @@ class ViTConfig:
     position_embedding: str = "learned"
     layer_scale_init: Optional[float] = None
     mlp: str = "gelu"
+    preprocessing: Optional[str] = None
 
     @property
     def stride(self):
@@ -92,6 +96,8 @@ class ViTConfig:
             problem = f"num_registers={self.num_registers!r} must be a non-negative integer."
         if problem:
             raise ValueError(problem)
+        if self.preprocessing is not None:
+            check_name(self.preprocessing)
 
     @property
     def position_prefix(self):
@@ -209,4 +215,6 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
             config.classifier_activation or "linear", dtype="float32", name="predictions"
         )(outputs)
     inputs = keras.utils.get_source_inputs(images) if input_tensor is not None else images
-    return compile_once(VisionTransformerModel(inputs, outputs, name=config.name))
+    model = VisionTransformerModel(inputs, outputs, name=config.name)
+    model.preprocessing = config.preprocessing or DEFAULT_PREPROCESSING
+    return compile_once(model)

@@ -59,6 +59,7 @@ def VisionTransformer(
     position_embedding="learned",
     layer_scale_init=None,
     mlp="gelu",
+    preprocessing=None,
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., 2021) as a functional `keras.Model`.
 
@@ -101,6 +102,10 @@ def VisionTransformer(
         layer_scale_init: initial LayerScale of every residual branch (DeiT III, DINOv2);
             None: no LayerScale.
         mlp: `"gelu"` (the paper's) or `"swiglu"` (DINOv2 g/14).
+        preprocessing: how the inputs are scaled (`model.preprocessing`, read by
+            `preprocess_input(x, model)`, `predict` and the exports): a name of
+            `keras_vit.preprocessing.PREPROCESSING`; None: the named weights' or the
+            checkpoint's, else "vit" ([-1, 1]).
     """
     _check_architecture(
         patch_size=patch_size, hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim
@@ -136,6 +141,7 @@ def VisionTransformer(
         position_embedding=position_embedding,
         layer_scale_init=layer_scale_init,
         mlp=mlp,
+        preprocessing=preprocessing,
     )
     if weights is None:
         config = dataclasses.replace(

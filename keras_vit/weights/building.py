@@ -39,6 +39,11 @@ def check_architecture(ckpt, config):
             f"the checkpoint has {ckpt.depth} encoder blocks (Transformer/encoderblock_0.."
             f"{ckpt.depth - 1}), the model has {config.depth}"
         )
+    if ckpt.num_registers != config.num_registers:
+        problems.append(
+            f"the checkpoint has {ckpt.num_registers} register tokens, the model {config.num_registers} "
+            f"(build it with num_registers={ckpt.num_registers})"
+        )
     stem, model_stem = ckpt.stem, config.stem
     if model_stem is not None and ckpt.patch_size != config.patch_size:
         problems.append(f"the checkpoint's patch size is {ckpt.patch_size}, the model's {config.patch_size} (after a stem)")
@@ -131,7 +136,7 @@ def assign(model, ckpt, tensors, interpolation="bilinear", new=()):
 def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=None, input_tensor=None):
     """The model for the `ViTConfig` `config` holding `ckpt`'s weights. Defaults follow the
     checkpoint: input size (its resolution), GELU flavour (tanh for the original npz files,
-    exact for timm / Hugging Face) and LayerNorm epsilon. Another patch size than the
+    exact for timm / Hugging Face), LayerNorm epsilon and preprocessing. Another patch size than the
     checkpoint's resizes the patch embedding (FlexiViT) and, at the same resolution, the
     position embeddings."""
     check_architecture(ckpt, config)
@@ -141,6 +146,7 @@ def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=No
         if config.approximate_gelu is None else config.approximate_gelu,
         layer_norm_epsilon=(ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON)
         if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
+        preprocessing=config.preprocessing or ckpt.preprocessing,
     )
     default_size = tuple(g * ckpt.patch_size * (config.stride // config.patch_size) for g in ckpt.patch_grid)
     if input_shape is None and input_tensor is None:

@@ -40,13 +40,15 @@ _QUERY = Template(ATTN + "query/kernel")
 class Metadata:
     """What a checkpoint records besides its tensors (None: not recorded). `approximate_gelu`:
     the GELU it was trained / run with; `grid`: its patch grid `(rows, columns)`; `pooling`:
-    what its head reads, "token" (the class token) or "avg" (the mean of the patch tokens)."""
+    what its head reads, "token" (the class token) or "avg" (the mean of the patch tokens);
+    `preprocessing`: the scaling its inputs get (a name of `keras_vit.preprocessing`)."""
 
     approximate_gelu: Optional[bool] = None
     num_heads: Optional[int] = None
     grid: Optional[tuple] = None
     layer_norm_epsilon: Optional[float] = None
     pooling: Optional[str] = None
+    preprocessing: Optional[str] = None
 
 
 def _is_count(value):
@@ -97,6 +99,7 @@ class Checkpoint:
     grid: tuple = None
     layer_norm_epsilon: float = None
     pooling: str = None
+    preprocessing: str = None
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None

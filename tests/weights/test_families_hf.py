@@ -74,7 +74,7 @@ def siglip(tmp_path_factory):
 def test_deit_distilled_averages_both_heads(deit, x):
     folder, reference = deit
     model = keras_vit.from_checkpoint(folder, classifier_activation=None)
-    assert model.get_layer("head_dist") is not None
+    assert model.get_layer("head_dist") is not None and model.preprocessing == "deit"
     _close(model(x), _run(reference, x).logits.numpy())
 
 
@@ -89,6 +89,7 @@ def test_deit_classifier_reads_the_class_token_only(tmp_path_factory, x):
 def test_dinov2_layer_scale(tmp_path_factory, x):
     folder, reference = _save(tmp_path_factory, "dinov2", transformers.Dinov2Model, transformers.Dinov2Config(**SMALL), 5)
     model = keras_vit.from_checkpoint(folder)
+    assert model.preprocessing == "dinov2"
     _close(model(x), _run(reference, x).last_hidden_state.numpy())
 
 
@@ -115,7 +116,7 @@ def test_siglip_map_head_and_tokens(siglip, x):
     folder, reference = siglip
     out = _run(reference, x)
     model = keras_vit.from_checkpoint(folder)
-    assert model.get_layer("encoder").approximate_gelu  # gelu_pytorch_tanh
+    assert model.get_layer("encoder").approximate_gelu and model.preprocessing == "siglip"  # gelu_pytorch_tanh
     _close(model(x), out.pooler_output.numpy())
     tokens = keras_vit.from_checkpoint(folder, pooling=None)
     _close(tokens(x), out.last_hidden_state.numpy())

@@ -4,6 +4,8 @@
 the `vision_model` of a `SiglipModel`). Read only; `config.json` gives the GELU, heads, grid
 and LayerNorm epsilon, as for the paper's ViT (`formats.huggingface`)."""
 
+import functools
+
 from keras_vit.weights.canonical import ATTN, DIST, LAYER_SCALE, MAP, MAP_ATTN, QKV, REG, Metadata
 from keras_vit.weights.formats import huggingface
 from keras_vit.weights.formats.base import Format
@@ -134,7 +136,8 @@ def prepare_siglip(raw):
     return tensors
 
 
-def metadata(raw, tensors):
+def metadata(raw, tensors, preprocessing=None):
+    """What `config.json` records; `preprocessing`: the family's (`keras_vit.preprocessing`)."""
     config = _config(raw)
     grid = None
     if "image_size" in config and "patch_size" in config:
@@ -146,20 +149,21 @@ def metadata(raw, tensors):
         num_heads=config.get("num_attention_heads"),
         grid=grid,
         layer_norm_epsilon=config.get("layer_norm_eps"),
+        preprocessing=preprocessing,
     )
 
 
 DEIT = Format(
     name="hf_deit", table=DEIT_TABLE, detect=_detector(("deit",), "distillation_token"),
-    prepare=prepare_deit, metadata=metadata,
+    prepare=prepare_deit, metadata=functools.partial(metadata, preprocessing="deit"),
 )
 DINOV2 = Format(
     name="hf_dinov2", table=DINOV2_TABLE,
     detect=_detector(("dinov2", "dinov2_with_registers"), "layer_scale1.lambda1"),
-    prepare=prepare_dinov2, metadata=metadata,
+    prepare=prepare_dinov2, metadata=functools.partial(metadata, preprocessing="dinov2"),
 )
 SIGLIP = Format(
     name="hf_siglip", table=SIGLIP_TABLE,
     detect=_detector(("siglip", "siglip_vision_model"), "embeddings.patch_embedding.weight"),
-    prepare=prepare_siglip, metadata=metadata,
+    prepare=prepare_siglip, metadata=functools.partial(metadata, preprocessing="siglip"),
 )

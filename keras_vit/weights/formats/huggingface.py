@@ -12,6 +12,7 @@ import numpy as np
 
 from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.files import atomic_path, write_json
+from keras_vit.preprocessing import preprocessing
 from keras_vit.weights import containers
 from keras_vit.weights.canonical import ATTN, QKV, Metadata
 from keras_vit.weights.formats.base import Format
@@ -149,22 +150,27 @@ def hf_config(ckpt, architecture):
     return config
 
 
-def hf_preprocessor_config(ckpt):
-    """The transformers `ViTImageProcessor` settings for `ckpt`: bilinear resize to its
-    resolution, then `(x / 255 - 0.5) / 0.5`, the [-1, 1] scaling of `preprocess_input`."""
+# PIL's resampling codes, as transformers' image processors record them.
+RESAMPLE = {"bilinear": 2, "bicubic": 3}
+
+
+def hf_preprocessor_config(ckpt, processor="ViTImageProcessor"):
+    """The transformers image processor settings for `ckpt`: resize to its resolution with its
+    preprocessing's interpolation, then `(x / 255 - mean) / std` with its mean / std
+    (`keras_vit.preprocessing`; the paper's [-1, 1] by default)."""
+    spec = preprocessing(ckpt.preprocessing)
     height, width = (g * ckpt.patch_size for g in ckpt.patch_grid)
     return {
-        "image_processor_type": "ViTImageProcessor",
+        "image_processor_type": processor,
         "do_resize": True,
         "size": {"height": height, "width": width},
-        "resample": 2,  # PIL.Image.BILINEAR
+        "resample": RESAMPLE[spec.interpolation],
         "do_rescale": True,
         "rescale_factor": 1 / 255,
         "do_normalize": True,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
+        "image_mean": list(spec.mean),
+        "image_std": list(spec.std),
     }
-
 
 
 def write(folder, ckpt):
