@@ -37,7 +37,8 @@ class ViTConfig:
     class token) with `distillation_head` (a second head on it; the logits are the mean of
     both heads), `num_registers` (DINOv2's register tokens, after those, with no position
     embedding), `position_embedding` ("learned" or the fixed "sincos2d"),
-    `layer_scale_init` (LayerScale in every block, None: none) and `mlp` ("gelu", "swiglu").
+    `layer_scale_init` (LayerScale in every block, None: none), `mlp` ("gelu", "swiglu") and
+    `fc_norm` (the final LayerNorm on the pooled features instead of the tokens: timm's).
     `preprocessing`: what the model's inputs are scaled by (a name of
     `keras_vit.preprocessing.PREPROCESSING`; None: its weights', else the paper's)."""
 
@@ -67,6 +68,7 @@ class ViTConfig:
     position_embedding: str = "learned"
     layer_scale_init: Optional[float] = None
     mlp: str = "gelu"
+    fc_norm: bool = False
     preprocessing: Optional[str] = None
 
     @property
@@ -90,6 +92,8 @@ class ViTConfig:
             problem = "distillation_token=True needs the class token before it (class_token=True)."
         elif self.distillation_head and not self.distillation_token:
             problem = "distillation_head=True needs distillation_token=True."
+        elif self.fc_norm and self.head_pooling == "map":
+            problem = "fc_norm=True normalises the pooled features; the MAP head has its own LayerNorm: use 'avg' or 'token'."
         elif self.distillation_head and self.head_pooling != "token":
             problem = "distillation_head=True averages the class token's head with the distillation token's; use pooling='token'."
         elif isinstance(self.num_registers, bool) or not isinstance(self.num_registers, int) or self.num_registers < 0:
@@ -198,11 +202,15 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         remat=config.remat,
         mlp=config.mlp,
         layer_scale_init=config.layer_scale_init,
+        final_norm=not config.fc_norm,
         name="encoder",
     )(tokens)
     outputs = tokens
     if config.include_top or config.pooling is not None:
         outputs = _pool(config, tokens)
+        if config.fc_norm:
+            outputs = keras.layers.LayerNormalization(
+                epsilon=config.layer_norm_epsilon, name="fc_norm")(outputs)
     if config.include_top:
         if config.representation_size:
             outputs = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")(outputs)

@@ -9,7 +9,7 @@ from keras_vit.architecture import build_model, image_shape
 from keras_vit.layers.position_embedding import resize_position_embedding
 from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import stems, variables
-from keras_vit.weights.canonical import ATTN, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS
+from keras_vit.weights.canonical import ATTN, FC_NORM, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.patch_resize import resized_patch_kernel
 
@@ -39,6 +39,12 @@ def check_architecture(ckpt, config):
             f"the checkpoint has {ckpt.depth} encoder blocks (Transformer/encoderblock_0.."
             f"{ckpt.depth - 1}), the model has {config.depth}"
         )
+    if ckpt.fc_norm != config.fc_norm and (config.include_top or config.pooling is not None):
+        where = {True: "on the pooled features (fc_norm)", False: "on the tokens"}
+        problems.append(
+            f"the checkpoint's final LayerNorm is {where[ckpt.fc_norm]}, the model's {where[config.fc_norm]} "
+            f"(build it with fc_norm={ckpt.fc_norm})"
+        )
     if ckpt.num_registers != config.num_registers:
         problems.append(
             f"the checkpoint has {ckpt.num_registers} register tokens, the model {config.num_registers} "
@@ -66,6 +72,9 @@ def select_head(ckpt, config):
     pooled = config.include_top or config.pooling is not None
     if not (pooled and config.head_pooling == "map"):  # the model has no MAP head
         tensors = {k: v for k, v in tensors.items() if not k.startswith(MAP)}
+    if not pooled:  # the tokens, without the norm of the pooled features (timm's fc_norm)
+        for key in FC_NORM:
+            tensors.pop(key, None)
     if not (config.include_top and config.distillation_head):
         for key in HEAD_DIST:
             tensors.pop(key, None)

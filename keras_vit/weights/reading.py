@@ -8,16 +8,18 @@ import os
 
 from keras_vit.variants import list_models
 from keras_vit.weights import containers, formats, registry
-from keras_vit.weights.canonical import Checkpoint, Metadata, check_heads, check_metadata, guess_num_heads
+from keras_vit.weights.canonical import FC_NORM, Checkpoint, Metadata, check_heads, check_metadata, guess_num_heads
 
 CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5", ".keras", ".json")
 
 
 def _width(fmt, tensors, path):
-    """The model width, from the final LayerNorm (under the format's own name)."""
-    key = fmt.table.key_of("Transformer/encoder_norm/scale")
-    if key not in tensors:
-        raise ValueError(f"{path}: checkpoint has no final LayerNorm ({key!r}).")
+    """The model width, from the final LayerNorm (under the format's own name), on the tokens
+    or, timm's `fc_norm`, on the pooled features."""
+    keys = [fmt.table.key_of(k) for k in ("Transformer/encoder_norm/scale", FC_NORM[0])]
+    key = next((k for k in keys if k in tensors), None)
+    if key is None:
+        raise ValueError(f"{path}: checkpoint has no final LayerNorm ({keys[0]!r}).")
     return tensors[key].shape[-1]
 
 

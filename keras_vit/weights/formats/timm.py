@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from keras_vit.weights import containers
-from keras_vit.weights.canonical import ATTN, DIST, LAYER_SCALE, MAP, MAP_ATTN, POSEMB, QKV, REG, Metadata
+from keras_vit.weights.canonical import ATTN, DIST, FC_NORM, LAYER_SCALE, MAP, MAP_ATTN, POSEMB, QKV, REG, Metadata
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.formats.common import linear_row, torch_rows, with_class_row
 from keras_vit.weights.lazy import LazyArray
@@ -66,6 +66,13 @@ ATTENTION_POOL = (
     linear_row(MAP + "MlpBlock_0/Dense_1/", "attn_pool.mlp.fc2.", optional=True),
 )
 
+# The final LayerNorm: `norm` on the tokens, or `fc_norm` on the pooled features (timm's
+# `fc_norm=True`, the default of its `global_pool="avg"` models), one of them.
+FINAL_NORM = pairs(
+    ("Transformer/encoder_norm/scale", "norm.weight"), ("Transformer/encoder_norm/bias", "norm.bias"),
+    (FC_NORM[0], "fc_norm.weight"), (FC_NORM[1], "fc_norm.bias"), optional=True,
+)
+
 # DeiT's distillation token and head, DINOv2's registers, LayerScale (DeiT III, DINOv2).
 FAMILY_ROWS = (
     *pairs((DIST, "dist_token"), (REG, "reg_token"), (LAYER_SCALE[0], "blocks.{i}.ls1.gamma"),
@@ -97,7 +104,7 @@ BIT_STEM = (
 TABLE = Table(
     torch_rows(
         "patch_embed.proj.", "cls_token", "pos_embed", "blocks.{i}.norm1.", "blocks.{i}.norm2.",
-        "blocks.{i}.attn.proj.", "blocks.{i}.mlp.fc1.", "blocks.{i}.mlp.fc2.", "norm.", "pre_logits.fc.", "head.",
+        "blocks.{i}.attn.proj.", "blocks.{i}.mlp.fc1.", "blocks.{i}.mlp.fc2.", None, "pre_logits.fc.", "head.",
     )
     + (
         Row(
@@ -110,6 +117,7 @@ TABLE = Table(
     + BIT_STEM
     + ATTENTION_POOL
     + FAMILY_ROWS
+    + FINAL_NORM
 )
 
 
@@ -161,7 +169,8 @@ FORMAT = Format(
     table=TABLE,
     detect=detect,
     prepare=prepare,
-    metadata=lambda raw, tensors: Metadata(approximate_gelu=False),
+    # timm's fc_norm models pool by the mean (`global_pool="avg"`, whose default it is).
+    metadata=lambda raw, tensors: Metadata(approximate_gelu=False, pooling="avg" if "fc_norm.weight" in tensors else None),
     write=write,
     suffixes=(".safetensors",),
 )
