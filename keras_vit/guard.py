@@ -4,10 +4,10 @@ preprocessed as its weights expect.
 Every keras_vit model expects `keras_vit.preprocess_input(pixels, model)`: RGB pixels scaled
 from 0-255 as its weights were trained (`model.preprocessing`: [-1, 1] for the paper's, ImageNet
 mean / std for DeiT and DINOv2). On the first `predict`, `fit` or `evaluate` with arrays or
-tensors, the model maps the first batch back to [-1, 1] units by its own scaling and, if that
-is clearly in another range (0-255 pixels, [0, 1] intensities, ImageNet mean / std
-normalisation, [-1, 1] scaled twice, BGR channel order), warns in one line with the fix. `model.check_inputs = False` or
-`KERAS_VIT_CHECK_INPUTS=0` turns it off.
+tensors, the model looks at the first batch and, if it is clearly 0-255 pixels or, mapped back
+to [-1, 1] units by the model's own scaling, in another range ([0, 1] intensities, ImageNet
+mean / std normalisation, [-1, 1] scaled twice, BGR channel order), warns in one line with the
+fix. `model.check_inputs = False` or `KERAS_VIT_CHECK_INPUTS=0` turns it off.
 """
 
 import os
@@ -64,7 +64,8 @@ def _expected(name):
     spec = preprocessing(name)
     if name == DEFAULT:
         return "RGB in [-1, 1] (keras_vit.preprocess_input: (pixels - 127.5) / 127.5)"
-    return f"RGB scaled as its {name!r} weights (keras_vit.preprocess_input(pixels, model): (pixels / 255 - {spec.mean}) / {spec.std})"
+    return (f"RGB scaled as its {name!r} weights (keras_vit.preprocess_input(pixels, model): "
+            f"(pixels / 255 - {spec.mean}) / {spec.std})")
 
 
 def _in_default_units(x, name):

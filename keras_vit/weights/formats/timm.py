@@ -68,9 +68,10 @@ ATTENTION_POOL = (
 
 # The final LayerNorm: `norm` on the tokens, or `fc_norm` on the pooled features (timm's
 # `fc_norm=True`, the default of its `global_pool="avg"` models), one of them.
-FINAL_NORM = pairs(
-    ("Transformer/encoder_norm/scale", "norm.weight"), ("Transformer/encoder_norm/bias", "norm.bias"),
-    (FC_NORM[0], "fc_norm.weight"), (FC_NORM[1], "fc_norm.bias"), optional=True,
+FINAL_NORM = (
+    Row(("Transformer/encoder_norm/scale", "Transformer/encoder_norm/bias"), ("norm.weight", "norm.bias"),
+        None, flat, optional=True),
+    Row(FC_NORM, ("fc_norm.weight", "fc_norm.bias"), None, flat, optional=True),
 )
 
 # DeiT's distillation token and head, DINOv2's registers, LayerScale (DeiT III, DINOv2).
