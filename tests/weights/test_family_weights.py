@@ -92,6 +92,14 @@ def test_named_weights_give_the_model_their_preprocessing(deit_named, tmp_path):
         keras_vit.VisionTransformer(**TINY, preprocessing="nope")
 
 
+def test_a_model_trained_by_the_input_pipeline_records_its_scaling(deit_named):
+    from keras_vit.training.engine import build_vit
+    from keras_vit.training.recipes import recipe
+
+    config = recipe("digits", **TINY, image_size=TINY_IMAGE, weights="tiny_deit")
+    assert build_vit(config, include_top=True, classes=5).preprocessing == "vit"  # [-1, 1], as it is fed
+
+
 def test_guard_judges_the_inputs_by_the_models_preprocessing(deit_named):
     with warnings.catch_warnings():
         warnings.simplefilter("error", InputRangeWarning)
