@@ -103,9 +103,9 @@ def evaluate(model_path, data=None, *, split="validation", batch_size=128, **sou
     return {"top1": float(results["top1"]), "top5": float(results["top5"]), "loss": float(results["loss"]), "examples": size}
 
 
-def _crop(path, image_size, crop_fraction):
+def _crop(path, image_size, crop_fraction, interpolation):
     try:
-        return images.center_crop(images.read_image(path), image_size, crop_fraction)
+        return images.center_crop(images.read_image(path), image_size, crop_fraction, interpolation)
     except ValueError as error:
         message = str(error)
         raise ValueError(message if message.startswith(str(path)) else f"{path}: {message}") from None
@@ -113,9 +113,10 @@ def _crop(path, image_size, crop_fraction):
 
 def load_images(paths, image_size, crop_fraction=1.0, preprocessing=None):
     """Image files -> a `(N, size, size, 3)` float32 batch scaled by `preprocess_input(...,
-    preprocessing)` (default [-1, 1]): the validation pipeline's decoding, resize and centre
-    crop (`keras_vit.images`), without TensorFlow."""
-    pixels = np.stack([_crop(path, image_size, crop_fraction) for path in paths])
+    preprocessing)` (default [-1, 1]): the validation pipeline's decoding, resize (with the
+    preprocessing's interpolation) and centre crop (`keras_vit.images`), without TensorFlow."""
+    interpolation = preprocessing_of(preprocessing).interpolation
+    pixels = np.stack([_crop(path, image_size, crop_fraction, interpolation) for path in paths])
     return preprocess_input(pixels, preprocessing=preprocessing)
 
 

@@ -117,7 +117,7 @@ def test_predict_scales_and_crops_image_files_by_the_models_preprocessing(deit_n
     crop = PREPROCESSING["deit"].crop_fraction
     from keras_vit import images
 
-    batch = np.stack([images.center_crop(images.read_image(p), TINY_IMAGE, crop) for p in paths])
+    batch = np.stack([images.center_crop(images.read_image(p), TINY_IMAGE, crop, "bicubic") for p in paths])
     logits = keras.ops.convert_to_numpy(deit_named(keras_vit.preprocess_input(batch, preprocessing="deit")))
     expected = keras.ops.convert_to_numpy(keras.ops.softmax(logits))
     for row, best in zip(expected, predict(deit_named, paths, top=5, crop_fraction=crop)):
