@@ -19,6 +19,7 @@ from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedd
 from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.sincos_position_embedding import SinCosPositionEmbedding
+from keras_vit.preprocessing import DEFAULT as DEFAULT_PREPROCESSING, check_name
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS, variant  # noqa: F401  (part of this module's interface)
 
 DEFAULT_SIZE = 224
@@ -36,7 +37,10 @@ class ViTConfig:
     class token) with `distillation_head` (a second head on it; the logits are the mean of
     both heads), `num_registers` (DINOv2's register tokens, after those, with no position
     embedding), `position_embedding` ("learned" or the fixed "sincos2d"),
-    `layer_scale_init` (LayerScale in every block, None: none) and `mlp` ("gelu", "swiglu")."""
+    `layer_scale_init` (LayerScale in every block, None: none), `mlp` ("gelu", "swiglu") and
+    `fc_norm` (the final LayerNorm on the pooled features instead of the tokens: timm's).
+    `preprocessing`: what the model's inputs are scaled by (a name of
+    `keras_vit.preprocessing.PREPROCESSING`; None: its weights', else the paper's)."""
 
     patch_size: int = 16
     hidden_dim: int = 768
@@ -64,6 +68,8 @@ class ViTConfig:
     position_embedding: str = "learned"
     layer_scale_init: Optional[float] = None
     mlp: str = "gelu"
+    fc_norm: bool = False
+    preprocessing: Optional[str] = None
 
     @property
     def stride(self):
@@ -86,12 +92,16 @@ class ViTConfig:
             problem = "distillation_token=True needs the class token before it (class_token=True)."
         elif self.distillation_head and not self.distillation_token:
             problem = "distillation_head=True needs distillation_token=True."
+        elif self.fc_norm and self.head_pooling == "map":
+            problem = "fc_norm=True normalises the pooled features; the MAP head has its own LayerNorm: use 'avg' or 'token'."
         elif self.distillation_head and self.head_pooling != "token":
             problem = "distillation_head=True averages the class token's head with the distillation token's; use pooling='token'."
         elif isinstance(self.num_registers, bool) or not isinstance(self.num_registers, int) or self.num_registers < 0:
             problem = f"num_registers={self.num_registers!r} must be a non-negative integer."
         if problem:
             raise ValueError(problem)
+        if self.preprocessing is not None:
+            check_name(self.preprocessing)
 
     @property
     def position_prefix(self):
@@ -192,11 +202,15 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         remat=config.remat,
         mlp=config.mlp,
         layer_scale_init=config.layer_scale_init,
+        final_norm=not config.fc_norm,
         name="encoder",
     )(tokens)
     outputs = tokens
     if config.include_top or config.pooling is not None:
         outputs = _pool(config, tokens)
+        if config.fc_norm:
+            outputs = keras.layers.LayerNormalization(
+                epsilon=config.layer_norm_epsilon, name="fc_norm")(outputs)
     if config.include_top:
         if config.representation_size:
             outputs = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")(outputs)
@@ -209,4 +223,6 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
             config.classifier_activation or "linear", dtype="float32", name="predictions"
         )(outputs)
     inputs = keras.utils.get_source_inputs(images) if input_tensor is not None else images
-    return compile_once(VisionTransformerModel(inputs, outputs, name=config.name))
+    model = VisionTransformerModel(inputs, outputs, name=config.name)
+    model.preprocessing = config.preprocessing or DEFAULT_PREPROCESSING
+    return compile_once(model)

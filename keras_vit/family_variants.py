@@ -2,12 +2,15 @@
 
 Plain Python, no Keras (the command line lists model names before importing it). Each entry:
 the `VisionTransformer` arguments of the architecture (its family's options included), and
-the defaults of the family's checkpoints: input size, GELU flavour, LayerNorm epsilon, head.
+the defaults of the family's checkpoints: input size, GELU flavour, head, preprocessing.
 """
 
-_DEIT = dict(patch_size=16, distillation_token=True, approximate_gelu=False, input_size=224)
-_DINOV2 = dict(patch_size=14, layer_scale_init=1e-5, approximate_gelu=False, input_size=518, include_top=False)
-_SIGLIP = dict(class_token=False, pooling="map", approximate_gelu=True, input_size=224, include_top=False)
+_DEIT = dict(patch_size=16, distillation_token=True, approximate_gelu=False, input_size=224,
+             preprocessing="deit")
+_DINOV2 = dict(patch_size=14, layer_scale_init=1e-5, approximate_gelu=False, input_size=518, include_top=False,
+               preprocessing="dinov2")
+_SIGLIP = dict(class_token=False, pooling="map", approximate_gelu=True, input_size=224, include_top=False,
+               preprocessing="siglip")
 
 FAMILIES = {
     # DeiT distilled (Touvron et al., 2021): a distillation token and a second head.

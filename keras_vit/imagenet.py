@@ -7,18 +7,25 @@ from importlib import resources
 import numpy as np
 
 
-def preprocess_input(x, data_format=None):
-    """Scales pixel values from [0, 255] to [-1, 1], as the original ViT code: `(x - 127.5) / 127.5`.
+def preprocess_input(x, data_format=None, preprocessing=None):
+    """Scales 0-255 RGB pixels as a model's weights expect: `(x / 255 - mean) / std` per channel
+    (`keras_vit.preprocessing`). `preprocessing`: a model (its own), a name of
+    `keras_vit.preprocessing.PREPROCESSING`, or None: the original ViT code's
+    `(x - 127.5) / 127.5`, to [-1, 1].
 
-    Works on NumPy arrays and backend tensors; the channel layout is unchanged.
-    `data_format` is accepted for `keras.applications` compatibility and ignored.
+    Works on NumPy arrays and backend tensors; channels last. `data_format` is accepted for
+    `keras.applications` compatibility and ignored.
     """
     del data_format
     from keras import ops
 
+    from keras_vit.preprocessing import preprocessing as lookup
+
+    spec = lookup(preprocessing)
+    offset, scale = (np.asarray(v, np.float32) for v in (spec.offset, spec.scale))
     if isinstance(x, np.ndarray):
-        return (x.astype(np.float32) - 127.5) / 127.5
-    return (ops.cast(x, "float32") - 127.5) / 127.5
+        return (x.astype(np.float32) - offset) / scale
+    return (ops.cast(x, "float32") - offset) / scale
 
 
 @functools.lru_cache(maxsize=1)

@@ -10,7 +10,8 @@ The same operations as the `tf.data` input pipeline, for `keras-vit predict` and
   (libjpeg-turbo's CMYK -> RGB rounding).
 - `center_crop` = `keras_vit.training.augment.eval_transform`, and `resize` =
   `augment.resize` (`tf.image.resize(..., "bilinear", antialias=True)`), within float32
-  rounding.
+  rounding. `interpolation="bicubic"` (DeiT's, DINOv2's and SigLIP's preprocessing) is
+  Pillow's antialiased bicubic (Keys' cubic, a = -0.5), as timm and transformers resize.
 """
 
 import os
@@ -51,44 +52,59 @@ def _to_rgb(image):
     return np.asarray(image.convert("RGB"))
 
 
-def _resize_weights(in_size, out_size, start, count):
+def _triangle(t):
+    return np.maximum(np.float32(0), np.float32(1) - t)
+
+
+def _keys_cubic(t, a=np.float32(-0.5)):
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return np.where(t < 1, near, np.where(t < 2, far, np.float32(0))).astype(np.float32)
+
+
+# Interpolation -> (kernel of |distance|, its radius), distances in input pixels at scale 1.
+KERNELS = {"bilinear": (_triangle, 1), "bicubic": (_keys_cubic, 2)}
+
+
+def _resize_weights(in_size, out_size, start, count, interpolation="bilinear"):
     """`(index, weights)`, each `(count, taps)`: for output pixels `start .. start + count - 1`
-    of a bilinear resize antialiased when shrinking, the input pixels under each one's kernel
-    and their weights: a triangle kernel at the output pixel's centre, widened by the shrink
-    factor, normalised (TensorFlow's `scale_and_translate` with the "triangle" kernel;
+    of a resize antialiased when shrinking, the input pixels under each one's kernel and their
+    weights: the kernel (`KERNELS`) at the output pixel's centre, widened by the shrink factor,
+    normalised (bilinear: TensorFlow's `scale_and_translate` with the "triangle" kernel,
     `jax.image.resize(..., "linear", antialias=True)`). Only the kernel's support is computed,
     so the work follows the output asked for, not the whole resized image."""
     f32 = np.float32
+    kernel, radius = KERNELS[interpolation]
     inv_scale = f32(1) / (f32(out_size) / f32(in_size))  # float32 throughout, as TensorFlow
-    width = max(inv_scale, f32(1))  # the kernel's half-width, in input pixels
+    width = max(inv_scale, f32(1))  # the kernel's stretch, in input pixels
     one_over_width = f32(1) / width
     centres = (np.arange(start, start + count, dtype=f32) + f32(0.5)) * inv_scale
-    first = np.maximum(np.floor(centres - width).astype(np.int64) - 2, 0)
-    index = first[:, None] + np.arange(int(np.ceil(2 * width)) + 4)
+    first = np.maximum(np.floor(centres - radius * width).astype(np.int64) - 2, 0)
+    index = first[:, None] + np.arange(int(np.ceil(2 * radius * width)) + 4)
     offsets = index.astype(f32) + f32(0.5) - centres[:, None]
-    weights = np.maximum(f32(0), f32(1) - np.abs(offsets * one_over_width))
+    weights = kernel(np.abs(offsets * one_over_width))
     weights[index >= in_size] = 0
     return np.minimum(index, in_size - 1), weights * (f32(1) / weights.sum(axis=1, keepdims=True))
 
 
-def resize(image, size):
-    """`(height, width, channels)` image -> `size = (height, width)`, bilinear, antialiased when
-    shrinking; float32 in the input's range."""
-    return _resize_window(image, size, (0, 0))
+def resize(image, size, interpolation="bilinear"):
+    """`(height, width, channels)` image -> `size = (height, width)`, bilinear or bicubic,
+    antialiased when shrinking; float32 (bicubic can overshoot the input's range a little)."""
+    return _resize_window(image, size, (0, 0), interpolation=interpolation)
 
 
-def _resize_window(image, size, corner, window=None):
+def _resize_window(image, size, corner, window=None, interpolation="bilinear"):
     """The `window = (rows, columns)` of `image` resized to `size` whose top-left pixel is
     `corner` (default: all of it), computed without the rest of the resized image."""
     window = window or (size[0] - corner[0], size[1] - corner[1])
-    rows = _resize_first_axis(np.asarray(image), size[0], corner[0], window[0])
-    return _resize_first_axis(rows.swapaxes(0, 1), size[1], corner[1], window[1]).swapaxes(0, 1)
+    rows = _resize_first_axis(np.asarray(image), size[0], corner[0], window[0], interpolation)
+    return _resize_first_axis(rows.swapaxes(0, 1), size[1], corner[1], window[1], interpolation).swapaxes(0, 1)
 
 
-def _resize_first_axis(image, out_size, start, count):
+def _resize_first_axis(image, out_size, start, count, interpolation):
     """Output rows `start .. start + count - 1`: each the weighted sum of the few input rows
     under its kernel (cast to float32 a row at a time)."""
-    index, weights = _resize_weights(len(image), out_size, start, count)
+    index, weights = _resize_weights(len(image), out_size, start, count, interpolation)
     out = np.zeros((count, *image.shape[1:]), np.float32)
     for k in range(index.shape[1]):
         out += weights[:, k, None, None] * image[index[:, k]].astype(np.float32)
@@ -99,9 +115,9 @@ def _resize_first_axis(image, out_size, start, count):
 MAX_ASPECT_RATIO = 100
 
 
-def center_crop(image, size, crop_fraction=1.0):
-    """Resize the shorter side to `size / crop_fraction`, then take the central `size` square;
-    float32 pixels in the input's range. Only that square is computed. An image more than
+def center_crop(image, size, crop_fraction=1.0, interpolation="bilinear"):
+    """Resize (`interpolation`: "bilinear" or "bicubic") the shorter side to `size /
+    crop_fraction`, then take the central `size` square; float32 pixels. Only that square is computed. An image more than
     `MAX_ASPECT_RATIO` times longer than wide (or the reverse) is refused (ValueError)."""
     height, width = image.shape[:2]
     if max(height, width) > MAX_ASPECT_RATIO * min(height, width):
@@ -113,4 +129,4 @@ def center_crop(image, size, crop_fraction=1.0):
     scale = np.float32(size / crop_fraction) / shape.min()  # float32, as the tf.data graph
     scaled = np.maximum(np.round(shape * scale).astype(np.int32), size)
     top, left = (scaled - size) // 2
-    return _resize_window(image, tuple(scaled), (top, left), (size, size))
+    return _resize_window(image, tuple(scaled), (top, left), (size, size), interpolation)

@@ -145,3 +145,12 @@ def test_unreadable_files_are_named(folder, tmp_path):
         path = _write(str(tmp_path), name, lambda _, data=data: data)
         with pytest.raises(ValueError, match=f"{name} is not a readable JPEG, PNG, GIF or BMP image"):
             images.read_image(path)
+
+
+@pytest.mark.parametrize("shape, size", [((37, 53), (16, 20)), ((20, 24), (45, 31)), ((30, 30), (29, 7))])
+def test_bicubic_resize_is_pillows(shape, size):
+    """Pillow's antialiased bicubic (a = -0.5), as timm and transformers resize for DeiT,
+    DINOv2 and SigLIP; within float32 rounding of 0-255 values."""
+    image = np.random.default_rng(0).uniform(0, 255, shape).astype(np.float32)
+    expected = np.asarray(Image.fromarray(image, mode="F").resize(size[::-1], Image.BICUBIC))
+    np.testing.assert_allclose(images.resize(image[..., None], size, "bicubic")[..., 0], expected, atol=2e-3)

@@ -59,6 +59,8 @@ def VisionTransformer(
     position_embedding="learned",
     layer_scale_init=None,
     mlp="gelu",
+    fc_norm=False,
+    preprocessing=None,
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., 2021) as a functional `keras.Model`.
 
@@ -101,6 +103,12 @@ def VisionTransformer(
         layer_scale_init: initial LayerScale of every residual branch (DeiT III, DINOv2);
             None: no LayerScale.
         mlp: `"gelu"` (the paper's) or `"swiglu"` (DINOv2 g/14).
+        fc_norm: the final LayerNorm on the pooled features instead of on the tokens
+            (timm's `fc_norm`, e.g. its `global_pool="avg"` models); needs pooling.
+        preprocessing: how the inputs are scaled (`model.preprocessing`, read by
+            `preprocess_input(x, model)`, `predict` and the exports): a name of
+            `keras_vit.preprocessing.PREPROCESSING`; None: the named weights' or the
+            checkpoint's, else "vit" ([-1, 1]).
     """
     _check_architecture(
         patch_size=patch_size, hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim
@@ -136,6 +144,8 @@ def VisionTransformer(
         position_embedding=position_embedding,
         layer_scale_init=layer_scale_init,
         mlp=mlp,
+        fc_norm=fc_norm,
+        preprocessing=preprocessing,
     )
     if weights is None:
         config = dataclasses.replace(

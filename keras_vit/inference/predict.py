@@ -9,8 +9,9 @@ import keras
 import numpy as np
 
 from keras_vit import images, layers  # noqa: F401 (layers: registered for keras.saving.load_model)
-from keras_vit.variants import VARIANTS
 from keras_vit.imagenet import imagenet_classes, preprocess_input
+from keras_vit.preprocessing import preprocessing as preprocessing_of
+from keras_vit.variants import list_models
 from keras_vit.training.heads import ends_with_softmax
 from keras_vit.weights.containers import read_json
 
@@ -37,15 +38,17 @@ def load_keras_file(path):
 
 
 def load_model(model="runs/digits/best.keras", weights="imagenet"):
-    """`(model, class_names, eval_crop)` for a `.keras` file or a variant name (with `weights`)."""
-    if model in VARIANTS:
+    """`(model, class_names, eval_crop)` for a `.keras` file (the crop its run recorded) or a
+    model name (with `weights`; the crop of its preprocessing)."""
+    if model in list_models():
         import keras_vit
 
-        loaded, classes = getattr(keras_vit, model)(weights=weights), {}
+        loaded = getattr(keras_vit, model)(weights=weights)
+        classes = {"eval_crop": preprocessing_of(loaded).crop_fraction}
     elif os.path.exists(model):
         loaded, classes = load_keras_file(model), run_metadata(model).get("classes", {})
     else:
-        raise FileNotFoundError(f"No model at {model}: give a .keras file (e.g. runs/digits/best.keras) or one of {', '.join(VARIANTS)}.")
+        raise FileNotFoundError(f"No model at {model}: give a .keras file (e.g. runs/digits/best.keras) or one of {', '.join(list_models())}.")
     names = classes.get("class_names")
     if names is None and loaded.output_shape[-1] == 1000:
         names = [name for _, name in imagenet_classes()]
@@ -100,18 +103,21 @@ def evaluate(model_path, data=None, *, split="validation", batch_size=128, **sou
     return {"top1": float(results["top1"]), "top5": float(results["top5"]), "loss": float(results["loss"]), "examples": size}
 
 
-def _crop(path, image_size, crop_fraction):
+def _crop(path, image_size, crop_fraction, interpolation):
     try:
-        return images.center_crop(images.read_image(path), image_size, crop_fraction)
+        return images.center_crop(images.read_image(path), image_size, crop_fraction, interpolation)
     except ValueError as error:
         message = str(error)
         raise ValueError(message if message.startswith(str(path)) else f"{path}: {message}") from None
 
 
-def load_images(paths, image_size, crop_fraction=1.0):
-    """Image files -> a `(N, size, size, 3)` float32 batch in [-1, 1]: the validation
-    pipeline's decoding, resize and centre crop (`keras_vit.images`), without TensorFlow."""
-    return preprocess_input(np.stack([_crop(path, image_size, crop_fraction) for path in paths]))
+def load_images(paths, image_size, crop_fraction=1.0, preprocessing=None):
+    """Image files -> a `(N, size, size, 3)` float32 batch scaled by `preprocess_input(...,
+    preprocessing)` (default [-1, 1]): the validation pipeline's decoding, resize (with the
+    preprocessing's interpolation) and centre crop (`keras_vit.images`), without TensorFlow."""
+    interpolation = preprocessing_of(preprocessing).interpolation
+    pixels = np.stack([_crop(path, image_size, crop_fraction, interpolation) for path in paths])
+    return preprocess_input(pixels, preprocessing=preprocessing)
 
 
 def check_top(top):
@@ -126,11 +132,11 @@ PREDICT_BATCH = 32
 
 def predict(model, paths, *, class_names=None, top=5, crop_fraction=1.0, batch_size=PREDICT_BATCH):
     """For each image file, the `top` classes (all of them at most) as `(index, name, probability)`,
-    decoding and running `batch_size` images at a time."""
+    decoding and running `batch_size` images at a time, scaled by the model's preprocessing."""
     check_top(top)
     size, results = _image_size(model), []
     for start in range(0, len(paths), batch_size):
-        batch = load_images(paths[start : start + batch_size], size, crop_fraction)
+        batch = load_images(paths[start : start + batch_size], size, crop_fraction, preprocessing=model)
         probs = keras.ops.convert_to_numpy(model.predict(batch, verbose=0))
         if not ends_with_softmax(model):
             probs = keras.ops.convert_to_numpy(keras.ops.softmax(probs, axis=-1))

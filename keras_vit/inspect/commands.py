@@ -55,7 +55,7 @@ def inspect_command(args):
         print("keras-vit inspect: no --weights given; the pictures show a randomly initialised model.")
     size = _model_size(model, args.image_size)
     pixels = load_images(args.images, size)
-    images = preprocess_input(pixels)
+    images = preprocess_input(pixels, preprocessing=model)
     written = []
 
     def save(figure, name):

@@ -42,7 +42,8 @@ def feature_extractor(model, layers=None, *, norm=False, grid=False, name=None):
         model: a keras_vit Vision Transformer (plain or hybrid, any `input_shape`).
         layers: encoder block index (0 = first block, -1 = the last), a list of them, or None
             for every block. Block `i`'s output is transformers' `hidden_states[i + 1]`.
-        norm: apply the encoder's final LayerNorm (then block -1 gives the encoder's output).
+        norm: apply the encoder's final LayerNorm (then block -1 gives the encoder's output;
+            a model with `fc_norm` has none on its tokens).
         grid: return the patch tokens as `(batch, h, w, width)` grids, without the class
             (distillation, register) tokens; else the whole `(batch, prefix + h*w, width)` sequence.
         name: name of the returned model.
@@ -56,7 +57,7 @@ def feature_extractor(model, layers=None, *, norm=False, grid=False, name=None):
     for i, block in enumerate(encoder.blocks[: max(indices) + 1]):
         tokens = after[i] = block(tokens)
     outputs = [after[i] for i in indices]
-    if norm:
+    if norm and encoder.encoder_norm is not None:
         outputs = [encoder.encoder_norm(x) for x in outputs]
     if grid:
         to_grid = TokenGrid(prefix_tokens(model), name="token_grid")

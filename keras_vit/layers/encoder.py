@@ -11,7 +11,8 @@ from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON, TransformerBl
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class Encoder(Float32Stream, keras.layers.Layer):
-    """`depth` pre-norm blocks (`encoderblock_0...`) and `encoder_norm`.
+    """`depth` pre-norm blocks (`encoderblock_0...`) and `encoder_norm` (none with
+    `final_norm=False`: timm's `fc_norm` models normalise the pooled features instead).
 
     Stochastic depth rises linearly from 0 in the first block to `drop_path_rate` in the
     last. `call(x, return_attention_weights=True)` also returns the list of each block's
@@ -37,6 +38,7 @@ class Encoder(Float32Stream, keras.layers.Layer):
         remat=False,
         mlp="gelu",
         layer_scale_init=None,
+        final_norm=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -69,9 +71,10 @@ class Encoder(Float32Stream, keras.layers.Layer):
             )
             for i in range(self.depth)
         ]
+        self.final_norm = bool(final_norm)
         self.encoder_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=self.dtype_policy
-        )
+        ) if self.final_norm else None
 
     def _rematerialise(self, block):
         """TensorFlow's `recompute_grad` draws new dropout masks when it recomputes (wrong
@@ -84,7 +87,8 @@ class Encoder(Float32Stream, keras.layers.Layer):
     def build(self, input_shape):
         for block in self.blocks:
             block.build(input_shape)
-        self.encoder_norm.build(input_shape)
+        if self.encoder_norm is not None:
+            self.encoder_norm.build(input_shape)
 
     def call(self, x, training=None, return_attention_weights=False):
         weights = []
@@ -99,7 +103,8 @@ class Encoder(Float32Stream, keras.layers.Layer):
             if return_attention_weights:
                 x, w = x
                 weights.append(w)
-        x = run(self.encoder_norm, x)
+        if self.encoder_norm is not None:
+            x = run(self.encoder_norm, x)
         return (x, weights) if return_attention_weights else x
 
     def compute_output_shape(self, input_shape):
@@ -120,4 +125,5 @@ class Encoder(Float32Stream, keras.layers.Layer):
             "remat": self.remat,
             "mlp": self.mlp,
             "layer_scale_init": self.layer_scale_init,
+            "final_norm": self.final_norm,
         }

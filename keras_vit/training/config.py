@@ -106,6 +106,9 @@ class TrainConfig:
     num_heads: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
     mlp_dim: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
     pooling: str = option("token", "token (class token) or avg", group=MODEL, metavar="token|avg")
+    class_token: bool = option(
+        True, "prepend the class token (false: the paper's class-token-free model, App. D.3; pool with avg)",
+        group=MODEL)
     representation_size: Optional[int] = option(
         None, "width of a tanh pre-logits layer (pre-training), none for a linear head", group=MODEL,
         interval="[1, inf)")
@@ -229,7 +232,7 @@ class TrainConfig:
         """The builder arguments of the model: the variant's, with any field given here."""
         arch = dict(VARIANTS[self.model]) if self.model in VARIANTS else {}
         arch.update({key: getattr(self, key) for key in ARCHITECTURE_KEYS if getattr(self, key) is not None})
-        return arch
+        return {**arch, "class_token": self.class_token}
 
     def replace(self, **overrides):
         """A copy with `overrides` (field names) applied and validated."""

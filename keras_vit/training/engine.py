@@ -118,6 +118,7 @@ def build_vit(config, **head):
         seed=config.seed,
         remat=config.remat,
         name=f"vit_{config.recipe}",
+        preprocessing="vit",  # the input pipeline scales to [-1, 1], whatever the weights' own scaling
         **head,
     )
 

@@ -9,7 +9,7 @@ from keras_vit.architecture import build_model, image_shape
 from keras_vit.layers.position_embedding import resize_position_embedding
 from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import stems, variables
-from keras_vit.weights.canonical import ATTN, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS
+from keras_vit.weights.canonical import ATTN, FC_NORM, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.patch_resize import resized_patch_kernel
 
@@ -39,6 +39,17 @@ def check_architecture(ckpt, config):
             f"the checkpoint has {ckpt.depth} encoder blocks (Transformer/encoderblock_0.."
             f"{ckpt.depth - 1}), the model has {config.depth}"
         )
+    if ckpt.fc_norm != config.fc_norm and (config.include_top or config.pooling is not None):
+        where = {True: "on the pooled features (fc_norm)", False: "on the tokens"}
+        problems.append(
+            f"the checkpoint's final LayerNorm is {where[ckpt.fc_norm]}, the model's {where[config.fc_norm]} "
+            f"(build it with fc_norm={ckpt.fc_norm})"
+        )
+    if ckpt.num_registers != config.num_registers:
+        problems.append(
+            f"the checkpoint has {ckpt.num_registers} register tokens, the model {config.num_registers} "
+            f"(build it with num_registers={ckpt.num_registers})"
+        )
     stem, model_stem = ckpt.stem, config.stem
     if model_stem is not None and ckpt.patch_size != config.patch_size:
         problems.append(f"the checkpoint's patch size is {ckpt.patch_size}, the model's {config.patch_size} (after a stem)")
@@ -61,6 +72,9 @@ def select_head(ckpt, config):
     pooled = config.include_top or config.pooling is not None
     if not (pooled and config.head_pooling == "map"):  # the model has no MAP head
         tensors = {k: v for k, v in tensors.items() if not k.startswith(MAP)}
+    if not pooled:  # the tokens, without the norm of the pooled features (timm's fc_norm)
+        for key in FC_NORM:
+            tensors.pop(key, None)
     if not (config.include_top and config.distillation_head):
         for key in HEAD_DIST:
             tensors.pop(key, None)
@@ -131,7 +145,7 @@ def assign(model, ckpt, tensors, interpolation="bilinear", new=()):
 def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=None, input_tensor=None):
     """The model for the `ViTConfig` `config` holding `ckpt`'s weights. Defaults follow the
     checkpoint: input size (its resolution), GELU flavour (tanh for the original npz files,
-    exact for timm / Hugging Face) and LayerNorm epsilon. Another patch size than the
+    exact for timm / Hugging Face), LayerNorm epsilon and preprocessing. Another patch size than the
     checkpoint's resizes the patch embedding (FlexiViT) and, at the same resolution, the
     position embeddings."""
     check_architecture(ckpt, config)
@@ -141,6 +155,7 @@ def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=No
         if config.approximate_gelu is None else config.approximate_gelu,
         layer_norm_epsilon=(ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON)
         if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
+        preprocessing=config.preprocessing or ckpt.preprocessing,
     )
     default_size = tuple(g * ckpt.patch_size * (config.stride // config.patch_size) for g in ckpt.patch_grid)
     if input_shape is None and input_tensor is None:

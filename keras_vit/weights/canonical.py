@@ -23,6 +23,8 @@ PRE_LOGITS = ("pre_logits/kernel", "pre_logits/bias")
 # token and second head, DINOv2's registers, LayerScale after attention / MLP, the MAP head.
 DIST, REG = "dist", "reg"
 HEAD_DIST = ("head_dist/kernel", "head_dist/bias")
+# timm's `fc_norm`: the final LayerNorm on the pooled features, in place of `encoder_norm`.
+FC_NORM = ("fc_norm/scale", "fc_norm/bias")
 LAYER_SCALE = (BLOCK + "LayerScale_1/scale", BLOCK + "LayerScale_3/scale")
 MAP = "MAPHead_0/"
 MAP_ATTN = MAP + "MultiHeadDotProductAttention_0/"
@@ -40,13 +42,15 @@ _QUERY = Template(ATTN + "query/kernel")
 class Metadata:
     """What a checkpoint records besides its tensors (None: not recorded). `approximate_gelu`:
     the GELU it was trained / run with; `grid`: its patch grid `(rows, columns)`; `pooling`:
-    what its head reads, "token" (the class token) or "avg" (the mean of the patch tokens)."""
+    what its head reads, "token" (the class token) or "avg" (the mean of the patch tokens);
+    `preprocessing`: the scaling its inputs get (a name of `keras_vit.preprocessing`)."""
 
     approximate_gelu: Optional[bool] = None
     num_heads: Optional[int] = None
     grid: Optional[tuple] = None
     layer_norm_epsilon: Optional[float] = None
     pooling: Optional[str] = None
+    preprocessing: Optional[str] = None
 
 
 def _is_count(value):
@@ -97,6 +101,7 @@ class Checkpoint:
     grid: tuple = None
     layer_norm_epsilon: float = None
     pooling: str = None
+    preprocessing: str = None
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None
@@ -148,6 +153,10 @@ class Checkpoint:
         return LAYER_SCALE[0].format(i=0) in self.tensors
 
     @property
+    def fc_norm(self):
+        return FC_NORM[0] in self.tensors
+
+    @property
     def position_prefix(self):
         """Rows of the position embedding before the patches' (class, distillation token)."""
         return int(self.class_token) + int(self.distillation_token)
@@ -155,8 +164,9 @@ class Checkpoint:
     @property
     def inferred_pooling(self):
         """What a head on these keys reads when the file says nothing else: the MAP head's
-        output, else the class token, else the mean of the patch tokens."""
-        return "map" if MAP + "probe" in self.tensors else "token" if self.class_token else "avg"
+        output, else the class token (but the mean where the pooled features have the final
+        LayerNorm, timm's `fc_norm`), else the mean of the patch tokens."""
+        return "map" if MAP + "probe" in self.tensors else "token" if self.class_token and not self.fc_norm else "avg"
 
     @property
     def head_pooling(self):
@@ -203,7 +213,7 @@ class Checkpoint:
         logits_in = self.representation_size or width
         hidden = 2 * mlp if self.mlp == "swiglu" else mlp  # SwiGLU packs gate and value in Dense_0
         shapes = {"cls": (1, 1, width), "embedding/bias": (width,)}
-        shapes.update({"Transformer/encoder_norm/scale": (width,), "Transformer/encoder_norm/bias": (width,)})
+        shapes.update({key: (width,) for key in ("Transformer/encoder_norm/scale", "Transformer/encoder_norm/bias", *FC_NORM)})
         for i in range(self.depth):
             block, attn, mlp_block = BLOCK.format(i=i), ATTN.format(i=i), MLP.format(i=i)
             for norm in ("LayerNorm_0/", "LayerNorm_2/"):
@@ -266,6 +276,7 @@ class Checkpoint:
             position_embedding=self.position_embedding,
             layer_scale_init=1.0 if self.layer_scale else None,
             mlp=self.mlp,
+            fc_norm=self.fc_norm,
         )
 
 

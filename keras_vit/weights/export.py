@@ -40,7 +40,7 @@ def model_checkpoint(model):
     pooling = "map" if "map_head" in names else model.get_layer("pooling").mode if "pooling" in names else None
     return Checkpoint(
         model.name, "keras", tensors, encoder.approximate_gelu, encoder.num_heads, tuple(grid),
-        encoder.layer_norm_epsilon, pooling,
+        encoder.layer_norm_epsilon, pooling, getattr(model, "preprocessing", None),
     )
 
 

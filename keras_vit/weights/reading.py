@@ -3,20 +3,23 @@
 variants cleaned up, its metadata read and its keys mapped through the format's table.
 Nothing here imports Keras."""
 
+import dataclasses
 import os
 
-from keras_vit.variants import VARIANTS
+from keras_vit.variants import list_models
 from keras_vit.weights import containers, formats, registry
-from keras_vit.weights.canonical import Checkpoint, Metadata, check_heads, check_metadata, guess_num_heads
+from keras_vit.weights.canonical import FC_NORM, Checkpoint, Metadata, check_heads, check_metadata, guess_num_heads
 
 CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5", ".keras", ".json")
 
 
 def _width(fmt, tensors, path):
-    """The model width, from the final LayerNorm (under the format's own name)."""
-    key = fmt.table.key_of("Transformer/encoder_norm/scale")
-    if key not in tensors:
-        raise ValueError(f"{path}: checkpoint has no final LayerNorm ({key!r}).")
+    """The model width, from the final LayerNorm (under the format's own name), on the tokens
+    or, timm's `fc_norm`, on the pooled features."""
+    keys = [fmt.table.key_of(k) for k in ("Transformer/encoder_norm/scale", FC_NORM[0])]
+    key = next((k for k in keys if k in tensors), None)
+    if key is None:
+        raise ValueError(f"{path}: checkpoint has no final LayerNorm ({keys[0]!r}).")
     return tensors[key].shape[-1]
 
 
@@ -42,24 +45,26 @@ def read_checkpoint(path, num_heads=None):
     check_heads(heads, width, raw.path)
     tensors = fmt.to_canonical(tensors, heads, what=f"checkpoint {raw.path}")
     ckpt = Checkpoint(
-        raw.path, fmt.name, tensors, meta.approximate_gelu, heads, meta.grid, meta.layer_norm_epsilon, meta.pooling
+        raw.path, fmt.name, tensors, meta.approximate_gelu, heads, meta.grid, meta.layer_norm_epsilon, meta.pooling,
+        meta.preprocessing,
     )
     ckpt.check()
     return ckpt
 
 
 def resolve(source, config=None):
-    """The local path of `source`: an existing file or folder, or a named checkpoint
-    (downloaded into the cache if needed) for the `ViTConfig` `config`'s variant."""
+    """`(path, entry)`: the local path of `source`, an existing file or folder (entry None), or
+    a named checkpoint's `registry.WeightsEntry` for the `ViTConfig` `config`'s variant and its
+    file (downloaded into the cache if needed)."""
     if isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.exists(source)):
         if not os.path.exists(source):
             raise FileNotFoundError(f"No checkpoint file or folder at {os.fspath(source)}.")
-        return os.fspath(source)
+        return os.fspath(source), None
     if not isinstance(source, str):
         raise ValueError(
             f"weights={source!r}: expected None, a checkpoint name, a path, or PretrainedWeights."
         )
-    named = source.split("/", 1)[0] in VARIANTS or "/" not in source
+    named = source.split("/", 1)[0] in list_models() or "/" not in source
     if not named or source.endswith(CHECKPOINT_SUFFIXES):
         raise FileNotFoundError(f"No checkpoint file or folder at {source}.")
     from keras_vit.weights.download import fetch
@@ -68,16 +73,20 @@ def resolve(source, config=None):
     if config is not None and variant is None:
         raise ValueError(
             f"Unknown weights {source!r} for this architecture: not an existing file or folder, and "
-            f"named checkpoints exist only for the standard variants ({', '.join(VARIANTS)})."
+            f"named checkpoints exist only for the named models ({', '.join(list_models())})."
         )
-    return fetch(registry.find(source, variant))
+    entry = registry.find(source, variant)
+    return fetch(entry), entry
 
 
 def weights_checkpoint(source, config=None, num_heads=None):
     """Reads `source` (name or path) as a canonical `Checkpoint`. The head count, which timm
     and `.weights.h5` files do not record, comes from `config` (a `ViTConfig`) or
-    `num_heads`; named checkpoints are looked up for `config`'s variant."""
+    `num_heads`; named checkpoints are looked up for `config`'s variant, and carry their
+    entry's preprocessing."""
     if isinstance(source, Checkpoint):
         return source
     heads = config.num_heads if config else num_heads
-    return read_checkpoint(resolve(source, config), num_heads=heads)
+    path, entry = resolve(source, config)
+    ckpt = read_checkpoint(path, num_heads=heads)
+    return dataclasses.replace(ckpt, preprocessing=entry.preprocessing) if entry else ckpt

@@ -16,6 +16,13 @@ Aliases: `weights="imagenet"` is "augreg_in21k_ft_in1k_224" (the authors' AugReg
 "orig_in21k_ft_in1k_384" for L/32 (its only ImageNet-1k file); H/14 has no ImageNet-1k
 weights. `weights="imagenet21k"` is "orig_in21k" where it exists, else "augreg_in21k".
 
+The families beyond the paper (SPEC section 7), named as timm names them (their Hugging Face hub
+copies) or, for SigLIP, as Google's transformers repositories: DeiT distilled (`DeiT*16`) and
+plain (under `ViTTi16` / `ViTS16` / `ViTB16`: the same shapes as the paper's, the entry gives
+DeiT's preprocessing), DINOv2 with and without registers (`DINOv2*14`; the `reg4` files need
+`num_registers=4`) and SigLIP image towers (the `vision_model` of a `SiglipModel` file). Each
+entry names its preprocessing (`keras_vit.preprocessing`), which the model built on it takes.
+
 sha256 and size are recorded where known; none could be downloaded when this table was
 written, so they are None: such files are checked by parsing them completely instead.
 """
@@ -23,7 +30,8 @@ written, so they are None: such files are checked by parsing them completely ins
 import dataclasses
 import os
 
-from keras_vit.variants import VARIANTS
+from keras_vit.family_variants import FAMILIES
+from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS, list_models
 from keras_vit.weights import stems
 
 GCS = "https://storage.googleapis.com/vit_models/"
@@ -48,6 +56,7 @@ class WeightsEntry:
     sha256: str = None
     size: int = None
     aliases: tuple = ()
+    preprocessing: str = "vit"
 
     @property
     def file_name(self):
@@ -57,7 +66,7 @@ class WeightsEntry:
     def description(self):
         head = f"{self.classes} classes" if self.classes else "no head"
         pre = f", pre_logits {self.representation_size}" if self.representation_size else ""
-        return f"{self.resolution}px, {head}{pre}, {self.container}"
+        return f"{self.resolution}px, {head}{pre}, {self.container}, {self.preprocessing} preprocessing"
 
 
 def _orig(variant, file, width):
@@ -85,6 +94,14 @@ def _timm(variant, *names):
     return entries
 
 
+def _family(variant, preprocessing, resolution, classes, *names, url=HUB):
+    return [
+        WeightsEntry(variant, name.rsplit("/", 1)[-1], resolution, classes, None, "safetensors", url.format(name),
+                     preprocessing=preprocessing)
+        for name in names
+    ]
+
+
 def _ft(pretrain, lr, res):
     return f"{pretrain}--imagenet2012-steps_20k-lr_{lr}-res_{res}"
 
@@ -97,6 +114,8 @@ _B32 = "B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0"
 _B32_LIGHT = "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0"
 _L16 = "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"
 _R50 = "R50%2BViT-B_16.npz"
+_GOOGLE = "https://huggingface.co/{}/resolve/main/model.safetensors"
+_DINOV2 = "vit_{}_patch14_dinov2.lvd142m", "vit_{}_patch14_reg4_dinov2.lvd142m"
 
 ENTRIES = [
     *_augreg("ViTTi16", _TI16, _ft(_TI16, 0.03, 224), _ft(_TI16, 0.03, 384)),
@@ -131,10 +150,25 @@ ENTRIES = [
     WeightsEntry("R50ViTB16", "orig_in21k", 224, 21843, 768, "npz", GCS + "imagenet21k/" + _R50),
     WeightsEntry("R50ViTB16", "orig_in21k_ft_in1k_384", 384, 1000, None, "npz", GCS + FT_384 + _R50),
     *_timm("R50ViTB16", "vit_base_r50_s16_384.orig_in21k_ft_in1k", "vit_base_r50_s16_224.orig_in21k"),
+    *_family("ViTTi16", "deit", 224, 1000, "deit_tiny_patch16_224.fb_in1k"),
+    *_family("ViTS16", "deit", 224, 1000, "deit_small_patch16_224.fb_in1k"),
+    *_family("ViTB16", "deit", 224, 1000, "deit_base_patch16_224.fb_in1k"),
+    *_family("DeiTTi16", "deit", 224, 1000, "deit_tiny_distilled_patch16_224.fb_in1k"),
+    *_family("DeiTS16", "deit", 224, 1000, "deit_small_distilled_patch16_224.fb_in1k"),
+    *_family("DeiTB16", "deit", 224, 1000, "deit_base_distilled_patch16_224.fb_in1k"),
+    *_family("DINOv2S14", "dinov2", 518, None, *(n.format("small") for n in _DINOV2)),
+    *_family("DINOv2B14", "dinov2", 518, None, *(n.format("base") for n in _DINOV2)),
+    *_family("DINOv2L14", "dinov2", 518, None, *(n.format("large") for n in _DINOV2)),
+    *_family("DINOv2G14", "dinov2", 518, None, *(n.format("giant") for n in _DINOV2)),
+    *_family("SigLIPB16", "siglip", 224, None, "google/siglip-base-patch16-224", url=_GOOGLE),
+    *_family("SigLIPSo400m14", "siglip", 224, None, "google/siglip-so400m-patch14-224", url=_GOOGLE),
+    # "384 px": its 27 x 27 patches cover 378 px (transformers' stride-14 convolution drops 6).
+    *_family("SigLIPSo400m14", "siglip", 378, None, "google/siglip-so400m-patch14-384", url=_GOOGLE),
 ]
 
 ALIASES = {
-    "imagenet": ("augreg_in21k_ft_in1k_224", "orig_in21k_ft_in1k_384"),
+    "imagenet": ("augreg_in21k_ft_in1k_224", "orig_in21k_ft_in1k_384",
+                 *(f"deit_{size}_distilled_patch16_224.fb_in1k" for size in ("tiny", "small", "base"))),
     "imagenet21k": ("orig_in21k", "augreg_in21k"),
 }
 
@@ -149,18 +183,32 @@ def entries(variant=None):
     return [e for e in ENTRIES if variant is None or e.variant == variant]
 
 
+# What tells the named models apart besides the five numbers (a DeiT-B/16 has ViT-B/16's).
+# Register tokens do not: DINOv2's `reg4` files are entries of the DINOv2 models.
+_OPTIONS = ("class_token", "distillation_token", "position_embedding", "mlp")
+
+
+def _signature(args):
+    return (*(args[k] for k in ARCHITECTURE_KEYS + _OPTIONS), args["layer_scale_init"] is not None)
+
+
 def variant_of(config):
-    """The variant name of a `ViTConfig` (None for a custom architecture)."""
+    """The name of the named model (`list_models()`) a `ViTConfig` builds (None for a custom
+    architecture): its five numbers and its family's options, so that a DeiT-B/16 is not a
+    ViT-B/16."""
     if config.stem is not None:
         layout = stems.stem_of_layer(config.stem)
         return layout.variant if layout else None
-    return next((name for name, arch in VARIANTS.items() if arch == config.architecture), None)
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    wanted = _signature({f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
+    models = {**VARIANTS, **FAMILIES}
+    return next((name for name, args in models.items() if _signature({**defaults, **args}) == wanted), None)
 
 
 def find(name, variant=None):
     """The entry called `name` (or an alias) for `variant`; without a variant, `name` must be
     "Variant/name" or unique among all entries. Raises ValueError listing the choices."""
-    if variant is None and "/" in name and name.split("/", 1)[0] in VARIANTS:
+    if variant is None and "/" in name and name.split("/", 1)[0] in list_models():
         variant, name = name.split("/", 1)
     candidates = entries(variant)
     for wanted in ALIASES.get(name, (name,)):
@@ -186,8 +234,8 @@ def cache_path(entry):
 def list_weights(model=None):
     """The named checkpoints (`WeightsEntry` records) of `model` (e.g. "ViTB16"), or of all
     models; `weights_table` formats them as `keras-vit list-weights` prints them."""
-    if model is not None and model not in VARIANTS and not entries(model):
-        raise ValueError(f"Unknown model {model!r}; available: {', '.join(VARIANTS)}.")
+    if model is not None and model not in list_models() and not entries(model):
+        raise ValueError(f"Unknown model {model!r}; available: {', '.join(list_models())}.")
     return entries(model)
 
 
@@ -197,12 +245,13 @@ def weights_table(model=None):
     if not rows:
         return f"(no named checkpoints for {model})"
     defaults = {(v, _alias_target(v, "imagenet")) for v in {e.variant for e in rows}}
-    lines = [f"{'model':<9} {'weights':<45} {'res':>4} {'classes':>7} {'pre_logits':>10} {'container':<11} license"]
+    lines = [f"{'model':<14} {'weights':<45} {'res':>4} {'classes':>7} {'pre_logits':>10} {'container':<11} "
+             f"{'input':<7} license"]
     for e in rows:
         mark = "  (default: 'imagenet')" if (e.variant, e.name) in defaults else ""
         lines.append(
-            f"{e.variant:<9} {e.name:<45} {e.resolution:>4} {e.classes or '-':>7} "
-            f"{e.representation_size or '-':>10} {e.container:<11} {e.license}{mark}\n{'':<10}{e.url}"
+            f"{e.variant:<14} {e.name:<45} {e.resolution:>4} {e.classes or '-':>7} "
+            f"{e.representation_size or '-':>10} {e.container:<11} {e.preprocessing:<7} {e.license}{mark}\n{'':<15}{e.url}"
         )
     return "\n".join(lines)
 

@@ -4,7 +4,7 @@
 "keras" format (`formats.keras`, `.weights.h5` / `.keras` files)."""
 
 from keras_vit.weights import stems
-from keras_vit.weights.canonical import ATTN, BLOCK, DIST, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QKV, REG
+from keras_vit.weights.canonical import ATTN, BLOCK, DIST, FC_NORM, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QKV, REG
 from keras_vit.weights.lazy import concat
 from keras_vit.weights.table import Row, Table, pairs
 from keras_vit.weights.transforms import bias_to_heads, flat, heads_of, heads_to_bias, join_rows, linear_to_heads, split_rows
@@ -109,7 +109,9 @@ TABLE = Table(
     + pairs((ATTN + "out/bias", BLOCK_PATH + "attention/out/bias"))
     + _norm(BLOCK + "LayerNorm_2/", BLOCK_PATH + "ln_2/")
     + pairs(*((MLP + f"Dense_{j}/{p}", BLOCK_PATH + f"mlp/dense_{j}/{p}") for j in (0, 1) for p in ("kernel", "bias")))
-    + _norm("Transformer/encoder_norm/", "encoder/encoder_norm/")
+    + pairs(("Transformer/encoder_norm/scale", "encoder/encoder_norm/gamma"),
+            ("Transformer/encoder_norm/bias", "encoder/encoder_norm/beta"),
+            *zip(FC_NORM, ("fc_norm/gamma", "fc_norm/beta")), optional=True)
     + pairs(("pre_logits/kernel", "pre_logits/kernel"), ("pre_logits/bias", "pre_logits/bias"), optional=True)
     + pairs(("head/kernel", "head/kernel"), ("head/bias", "head/bias"), optional=True)
     + BIT_STEM

@@ -146,7 +146,9 @@ def randomize_hf_model(model, seed=0):
 
 def timm_reference_logits(state_dict, images, num_heads, eps=1e-6):
     """A plain-torch forward of a timm ViT state dict, written from the documented math
-    (exact GELU, fused qkv rows [q; k; v], LayerNorm eps 1e-6). `images` are NHWC."""
+    (exact GELU, fused qkv rows [q; k; v], LayerNorm eps 1e-6). `images` are NHWC. With
+    `fc_norm.*` instead of `norm.*` (timm's `fc_norm`), the head reads the LayerNorm of the
+    mean of the patch tokens (`global_pool="avg"`), else the normed class token."""
     import torch
     import torch.nn.functional as F
 
@@ -169,8 +171,11 @@ def timm_reference_logits(state_dict, images, num_heads, eps=1e-6):
         y = F.linear(F.gelu(F.linear(y, sd[p + "mlp.fc1.weight"], sd[p + "mlp.fc1.bias"])),
                      sd[p + "mlp.fc2.weight"], sd[p + "mlp.fc2.bias"])
         tokens = tokens + y
-    tokens = F.layer_norm(tokens, (width,), sd["norm.weight"], sd["norm.bias"], eps)
-    return F.linear(tokens[:, 0], sd["head.weight"], sd["head.bias"]).numpy()
+    if "fc_norm.weight" in sd:
+        pooled = F.layer_norm(tokens[:, 1:].mean(1), (width,), sd["fc_norm.weight"], sd["fc_norm.bias"], eps)
+    else:
+        pooled = F.layer_norm(tokens, (width,), sd["norm.weight"], sd["norm.bias"], eps)[:, 0]
+    return F.linear(pooled, sd["head.weight"], sd["head.bias"]).numpy()
 
 
 def images(rng, batch=2, size=TINY_IMAGE):

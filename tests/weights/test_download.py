@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit.family_variants import FAMILIES
 from keras_vit.variants import VARIANTS
 from keras_vit.weights import DownloadError, WeightsEntry, fetch, registry
 from tests.support.checkpoints import TINY, original_npz_params
@@ -116,11 +117,11 @@ def test_corrupt_cache_entry_is_reported(tiny_npz):
 def test_registry_entries_are_consistent():
     seen = set()
     for e in registry.entries():
-        assert e.variant in VARIANTS or e.variant == "R50ViTB16", e
+        assert e.variant in keras_vit.list_models(), e
         assert (e.variant, e.name) not in seen, e
         seen.add((e.variant, e.name))
         assert e.url.startswith("https://") and e.file_name.endswith((".npz", ".safetensors"))
-        patch = VARIANTS.get(e.variant, {"patch_size": 16})["patch_size"]
+        patch = {**VARIANTS, **FAMILIES}.get(e.variant, {"patch_size": 16})["patch_size"]
         assert e.resolution % patch == 0 and e.container in ("npz", "safetensors")
     for variant in ("ViTTi16", "ViTS16", "ViTS32", "ViTB16", "ViTB32", "ViTL16"):
         default = registry.find("imagenet", variant)

@@ -74,7 +74,7 @@ def siglip(tmp_path_factory):
 def test_deit_distilled_averages_both_heads(deit, x):
     folder, reference = deit
     model = keras_vit.from_checkpoint(folder, classifier_activation=None)
-    assert model.get_layer("head_dist") is not None
+    assert model.get_layer("head_dist") is not None and model.preprocessing == "deit"
     _close(model(x), _run(reference, x).logits.numpy())
 
 
@@ -89,6 +89,7 @@ def test_deit_classifier_reads_the_class_token_only(tmp_path_factory, x):
 def test_dinov2_layer_scale(tmp_path_factory, x):
     folder, reference = _save(tmp_path_factory, "dinov2", transformers.Dinov2Model, transformers.Dinov2Config(**SMALL), 5)
     model = keras_vit.from_checkpoint(folder)
+    assert model.preprocessing == "dinov2"
     _close(model(x), _run(reference, x).last_hidden_state.numpy())
 
 
@@ -115,7 +116,7 @@ def test_siglip_map_head_and_tokens(siglip, x):
     folder, reference = siglip
     out = _run(reference, x)
     model = keras_vit.from_checkpoint(folder)
-    assert model.get_layer("encoder").approximate_gelu  # gelu_pytorch_tanh
+    assert model.get_layer("encoder").approximate_gelu and model.preprocessing == "siglip"  # gelu_pytorch_tanh
     _close(model(x), out.pooler_output.numpy())
     tokens = keras_vit.from_checkpoint(folder, pooling=None)
     _close(tokens(x), out.last_hidden_state.numpy())
@@ -175,17 +176,17 @@ def test_timm_deit_distilled(deit, x, tmp_path):
     _close(model(x), _run(reference, x).logits.numpy())
 
 
-def test_timm_dinov2_reg_no_embed_class(dinov2_reg, x, tmp_path):
-    """timm's `vit_*_reg4_dinov2`: `no_embed_class`, so the class token's position embedding
-    is folded into `cls_token` and `pos_embed` has the patch rows only."""
-    folder, reference = dinov2_reg
+def _timm_dinov2_reg(folder):
+    """timm's `vit_*_reg4_dinov2` layout of transformers' DINOv2-with-registers file:
+    `no_embed_class`, so the class token's position embedding is folded into `cls_token` and
+    `pos_embed` has the patch rows only."""
     sd = _saved(folder)
     pos = sd["embeddings.position_embeddings"]
     names = {"q": "attention.attention.query.weight", "k": "attention.attention.key.weight",
              "v": "attention.attention.value.weight", "norm1": "norm1.", "norm2": "norm2.",
              "attn.proj": "attention.output.dense.", "mlp.fc1": "mlp.fc1.", "mlp.fc2": "mlp.fc2.",
              "ls1": "layer_scale1.lambda1", "ls2": "layer_scale2.lambda1"}
-    tensors = {
+    return {
         "cls_token": sd["embeddings.cls_token"] + pos[:, :1], "reg_token": sd["embeddings.register_tokens"],
         "pos_embed": pos[:, 1:],
         "patch_embed.proj.weight": sd["embeddings.patch_embeddings.projection.weight"],
@@ -193,8 +194,25 @@ def test_timm_dinov2_reg_no_embed_class(dinov2_reg, x, tmp_path):
         "norm.weight": sd["layernorm.weight"], "norm.bias": sd["layernorm.bias"],
         **_timm_blocks(sd, "encoder.layer.{}.", 2, names),
     }
-    model = keras_vit.from_checkpoint(_write_timm(tmp_path, tensors), num_heads=2)
+
+
+def test_timm_dinov2_reg_no_embed_class(dinov2_reg, x, tmp_path):
+    folder, reference = dinov2_reg
+    model = keras_vit.from_checkpoint(_write_timm(tmp_path, _timm_dinov2_reg(folder)), num_heads=2)
     _close(model(x), _run(reference, x).last_hidden_state.numpy())
+
+
+def test_registers_export_to_timm_as_no_embed_class(dinov2_reg, tmp_path):
+    """The export of a model with registers is timm's `no_embed_class` file of the same weights."""
+    from safetensors.numpy import load_file
+
+    folder, _ = dinov2_reg
+    path = str(tmp_path / "exported.safetensors")
+    keras_vit.weights.export(keras_vit.from_checkpoint(folder), path, format="timm")
+    exported, expected = load_file(path), _timm_dinov2_reg(folder)
+    assert sorted(exported) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_allclose(exported[key], value, atol=1e-6, rtol=0, err_msg=key)
 
 
 def test_timm_siglip_attention_pool(siglip, x, tmp_path):

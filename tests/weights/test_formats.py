@@ -9,6 +9,7 @@ import pytest
 
 import keras_vit
 from keras_vit.weights import export
+from keras_vit.weights.containers import write_safetensors
 from tests.support.checkpoints import (
     TINY,
     TINY_IMAGE,
@@ -223,6 +224,32 @@ def test_timm_export_layout_and_forward(npz_params, tmp_path, rng):
     again = keras_vit.VisionTransformer(**TINY, classes=7, classifier_activation=None, weights=str(tmp_path / "timm.safetensors"))
     assert again.get_layer("encoder").approximate_gelu is False  # timm runs exact GELU
     np.testing.assert_allclose(logits(again, x), reference, atol=1e-5, rtol=0)
+
+
+def test_timm_fc_norm_loads_and_exports(npz_params, tmp_path, rng):
+    """timm's `fc_norm` (its `global_pool="avg"` models): the final LayerNorm on the mean of the
+    patch tokens, none on the tokens; the file has `fc_norm.*` where others have `norm.*`."""
+    from safetensors.numpy import load_file
+
+    np.savez(tmp_path / "in.npz", **npz_params)
+    plain = keras_vit.VisionTransformer(**TINY, classes=7, approximate_gelu=False, weights=str(tmp_path / "in.npz"))
+    export(plain, tmp_path / "plain.safetensors", format="timm")
+    state = {("fc_" + k if k.startswith("norm.") else k): v for k, v in load_file(tmp_path / "plain.safetensors").items()}
+    path = str(tmp_path / "fc_norm.safetensors")
+    write_safetensors(path, state, {"format": "pt"})
+    x = images(rng)
+    model = keras_vit.from_checkpoint(path, num_heads=TINY["num_heads"], classifier_activation=None)
+    assert model.get_layer("encoder").encoder_norm is None and model.get_layer("pooling").mode == "avg"
+    np.testing.assert_allclose(logits(model, x), timm_reference_logits(state, x, TINY["num_heads"]), atol=1e-5, rtol=0)
+    export(model, tmp_path / "back.safetensors", format="timm")
+    back = load_file(tmp_path / "back.safetensors")
+    assert sorted(back) == sorted(state) and all(np.array_equal(back[k], state[k]) for k in state)
+    model.save(tmp_path / "fc_norm.keras")
+    np.testing.assert_allclose(logits(keras.saving.load_model(tmp_path / "fc_norm.keras"), x), logits(model, x), atol=1e-6)
+    with pytest.raises(ValueError, match="final LayerNorm is on the pooled features \\(fc_norm\\), the model's on the tokens"):
+        keras_vit.VisionTransformer(**TINY, classes=7, pooling="avg", weights=path)
+    with pytest.raises(ValueError, match="fc_norm=True normalises the pooled features; the MAP head"):
+        keras_vit.VisionTransformer(**TINY, class_token=False, pooling="map", fc_norm=True)
 
 
 def test_timm_pth_and_keras_formats(npz_params, tmp_path, rng):

@@ -8,7 +8,7 @@ imports Keras.
 
 import os
 
-from keras_vit.weights.formats import hf_families, huggingface, keras, kerashub, original, timm
+from keras_vit.weights.formats import hf_families, keras, kerashub, original, timm
 
 FORMATS = [
     original.FORMAT,
@@ -16,7 +16,7 @@ FORMATS = [
     hf_families.DEIT,
     hf_families.DINOV2,
     hf_families.SIGLIP,
-    huggingface.FORMAT,
+    hf_families.HF,
     keras.FORMAT,
     kerashub.FORMAT,
 ]

@@ -24,7 +24,8 @@ def linear_row(canonical, theirs, optional=False):
 
 def torch_rows(patch, cls, pos, ln1, ln2, out, fc1, fc2, norm, pre_logits, head):
     """The rows of a PyTorch ViT state dict except the q/k/v projections, from its names
-    (`cls`, `pre_logits`, `head` None: a family without them)."""
+    (`cls`, `pre_logits`, `head` None: a family without them; `norm` None: the format gives
+    its final LayerNorm's rows itself)."""
     rows = (
         Row("embedding/kernel", patch + "weight", conv_to_canonical, conv_from_canonical),
         *pairs(("embedding/bias", patch + "bias"), (POSEMB, pos)),
@@ -34,7 +35,7 @@ def torch_rows(patch, cls, pos, ln1, ln2, out, fc1, fc2, norm, pre_logits, head)
         *norm_rows(BLOCK + "LayerNorm_2/", ln2),
         linear_row(MLP + "Dense_0/", fc1),
         linear_row(MLP + "Dense_1/", fc2),
-        *norm_rows("Transformer/encoder_norm/", norm),
+        *(norm_rows("Transformer/encoder_norm/", norm) if norm else ()),
     )
     optional = (
         *(pairs(("cls", cls), optional=True) if cls else ()),

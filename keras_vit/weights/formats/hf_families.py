@@ -1,13 +1,23 @@
 """Hugging Face transformers folders of the plain-ViT families beyond the paper's model
 (SPEC section 7): DeiT (`DeiTModel`, `DeiTForImageClassification[WithTeacher]`), DINOv2
 (`Dinov2Model`, `Dinov2WithRegistersModel`) and SigLIP image towers (`SiglipVisionModel`, or
-the `vision_model` of a `SiglipModel`). Read only; `config.json` gives the GELU, heads, grid
-and LayerNorm epsilon, as for the paper's ViT (`formats.huggingface`)."""
+the `vision_model` of a `SiglipModel`); `config.json` gives the GELU, heads, grid and
+LayerNorm epsilon, as for the paper's ViT (`formats.huggingface`).
 
-from keras_vit.weights.canonical import ATTN, DIST, LAYER_SCALE, MAP, MAP_ATTN, QKV, REG, Metadata
+Written by `export(format="hf")`, whose `write` (`HF`) picks the family from the checkpoint: a
+distillation token makes a DeiT (`DeiTForImageClassificationWithTeacher` with both heads,
+`DeiTForImageClassification` with one, else `DeiTModel`), LayerScale or registers a DINOv2
+(`Dinov2Model` / `Dinov2WithRegistersModel`, no head), no class token a `SiglipVisionModel`
+(its MAP head, or none); anything else is the paper's ViT."""
+
+import dataclasses
+import functools
+
+from keras_vit.weights.canonical import ATTN, DIST, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, QKV, REG, Metadata
 from keras_vit.weights.formats import huggingface
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.formats.common import linear_row, torch_rows
+from keras_vit.weights.formats.huggingface import common_config, hf_config, hf_preprocessor_config, write_folder
 from keras_vit.weights.formats.timm import fused_qkv_from_canonical, fused_qkv_to_canonical
 from keras_vit.weights.table import Row, Table, pairs
 from keras_vit.weights.transforms import heads_to_linear_and_bias, heads_to_out, linear_and_bias_to_heads, out_to_heads
@@ -134,7 +144,8 @@ def prepare_siglip(raw):
     return tensors
 
 
-def metadata(raw, tensors):
+def metadata(raw, tensors, preprocessing=None):
+    """What `config.json` records; `preprocessing`: the family's (`keras_vit.preprocessing`)."""
     config = _config(raw)
     grid = None
     if "image_size" in config and "patch_size" in config:
@@ -146,20 +157,126 @@ def metadata(raw, tensors):
         num_heads=config.get("num_attention_heads"),
         grid=grid,
         layer_norm_epsilon=config.get("layer_norm_eps"),
+        preprocessing=preprocessing,
     )
 
 
 DEIT = Format(
     name="hf_deit", table=DEIT_TABLE, detect=_detector(("deit",), "distillation_token"),
-    prepare=prepare_deit, metadata=metadata,
+    prepare=prepare_deit, metadata=functools.partial(metadata, preprocessing="deit"),
 )
 DINOV2 = Format(
     name="hf_dinov2", table=DINOV2_TABLE,
     detect=_detector(("dinov2", "dinov2_with_registers"), "layer_scale1.lambda1"),
-    prepare=prepare_dinov2, metadata=metadata,
+    prepare=prepare_dinov2, metadata=functools.partial(metadata, preprocessing="dinov2"),
 )
 SIGLIP = Format(
     name="hf_siglip", table=SIGLIP_TABLE,
     detect=_detector(("siglip", "siglip_vision_model"), "embeddings.patch_embedding.weight"),
-    prepare=prepare_siglip, metadata=metadata,
+    prepare=prepare_siglip, metadata=functools.partial(metadata, preprocessing="siglip"),
 )
+
+
+# What each family's transformers model holds (`Checkpoint` properties); anything else is refused.
+_NEEDS = {
+    "DeiT": dict(distillation_token=True, num_registers=0, position_embedding="learned", layer_scale=False,
+                 mlp="gelu", stem=None, representation_size=None),
+    "DINOv2": dict(class_token=True, distillation_token=False, position_embedding="learned", layer_scale=True,
+                   stem=None, classes=None, representation_size=None),
+    "SigLIP": dict(distillation_token=False, num_registers=0, position_embedding="learned", layer_scale=False,
+                   mlp="gelu", stem=None, classes=None, representation_size=None),
+}
+
+
+def _check(ckpt, family):
+    for name, wanted in _NEEDS[family].items():
+        found = getattr(ckpt, name)
+        if found != wanted:
+            raise ValueError(
+                f"Cannot export {ckpt.path} as a Hugging Face {family} model: it has {name}={found!r}, "
+                f"{family} needs {wanted!r}" + (" (export it with include_top=False)" if name == "classes" else "") + "."
+            )
+
+
+def _write_deit(folder, ckpt):
+    _check(ckpt, "DeiT")
+    ckpt.require_class_token_head("hf")
+    teacher = HEAD_DIST[0] in ckpt.tensors
+    architecture = ("DeiTForImageClassificationWithTeacher" if teacher else "DeiTForImageClassification"
+                    if ckpt.classes else "DeiTModel")
+    theirs = DEIT.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to hf")
+    if ckpt.classes:
+        head = "cls_classifier." if teacher else "classifier."
+        theirs = {(head + k[len("classifier."):] if k.startswith("classifier.") else
+                   k if k.startswith("distillation_classifier.") else "deit." + k): v for k, v in theirs.items()}
+    write_folder(folder, theirs, hf_config(ckpt, architecture, "deit"), hf_preprocessor_config(ckpt))
+
+
+def _swiglu_ratio(ckpt):
+    """The `mlp_ratio` from which transformers' `Dinov2SwiGLUFFN` gets the model's MLP width."""
+    ratio = 1.5 * ckpt.mlp_dim / ckpt.hidden_dim
+    if (int(int(ckpt.hidden_dim * ratio) * 2 / 3) + 7) // 8 * 8 != ckpt.mlp_dim:
+        raise ValueError(
+            f"Cannot export {ckpt.path} as a Hugging Face DINOv2 model: its SwiGLU width {ckpt.mlp_dim} is not "
+            "a multiple of 8, which transformers' Dinov2SwiGLUFFN rounds to."
+        )
+    return ratio
+
+
+def _whole_if_integral(ratio):
+    """`ratio` as an int where it is one (transformers' `Dinov2WithRegistersConfig` types it int)."""
+    return int(ratio) if float(ratio).is_integer() else ratio
+
+
+def _write_dinov2(folder, ckpt):
+    _check(ckpt, "DINOv2")
+    swiglu = ckpt.mlp == "swiglu"
+    theirs = DINOV2.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to hf")
+    if swiglu:  # transformers' file names of the packed SwiGLU layers
+        theirs = {k.replace(".mlp.fc1.", ".mlp.weights_in.").replace(".mlp.fc2.", ".mlp.weights_out."): v
+                  for k, v in theirs.items()}
+    registers = ckpt.num_registers
+    architecture, model_type = ("Dinov2WithRegistersModel", "dinov2_with_registers") if registers else ("Dinov2Model", "dinov2")
+    config = {
+        **common_config(ckpt, architecture, model_type),
+        "mlp_ratio": _whole_if_integral(_swiglu_ratio(ckpt) if swiglu else ckpt.mlp_dim / ckpt.hidden_dim),
+        "use_swiglu_ffn": swiglu,
+        "qkv_bias": True,
+        "layerscale_value": 1.0,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "drop_path_rate": 0.0,
+    }
+    if registers:
+        config["num_register_tokens"] = registers
+    write_folder(folder, theirs, config, hf_preprocessor_config(ckpt))
+
+
+def _write_siglip(folder, ckpt):
+    _check(ckpt, "SigLIP")
+    theirs = SIGLIP.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to hf")
+    key = "embeddings.position_embedding.weight"
+    theirs[key] = theirs[key].reshape(*theirs[key].shape[1:])  # an nn.Embedding: no batch axis
+    config = {
+        **common_config(ckpt, "SiglipVisionModel", "siglip_vision_model"),
+        "intermediate_size": ckpt.mlp_dim,
+        "attention_dropout": 0.0,
+        "vision_use_head": MAP + "probe" in ckpt.tensors,
+    }
+    write_folder(folder, {"vision_model." + k: v for k, v in theirs.items()}, config,
+                 hf_preprocessor_config(ckpt, "SiglipImageProcessor"))
+
+
+def write(folder, ckpt):
+    """The transformers folder of `ckpt`'s family (see the module docstring)."""
+    if ckpt.distillation_token:
+        return _write_deit(folder, ckpt)
+    if ckpt.layer_scale or ckpt.num_registers:
+        return _write_dinov2(folder, ckpt)
+    if not ckpt.class_token:
+        return _write_siglip(folder, ckpt)
+    return huggingface.write(folder, ckpt)
+
+
+# The "hf" format, writing each family's model.
+HF = dataclasses.replace(huggingface.FORMAT, write=write)

@@ -12,6 +12,7 @@ import numpy as np
 
 from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.files import atomic_path, write_json
+from keras_vit.preprocessing import preprocessing
 from keras_vit.weights import containers
 from keras_vit.weights.canonical import ATTN, QKV, Metadata
 from keras_vit.weights.formats.base import Format
@@ -113,31 +114,23 @@ def metadata(raw, tensors):
     )
 
 
-def hf_config(ckpt, architecture):
-    """The transformers `ViTConfig` of `ckpt` as a dict."""
+def common_config(ckpt, architecture, model_type):
+    """The `config.json` entries every transformers ViT family shares, and the labels of a head."""
     from keras_vit.imagenet import imagenet_classes
 
     grid = ckpt.patch_grid
     size = grid[0] * ckpt.patch_size if grid[0] == grid[1] else [g * ckpt.patch_size for g in grid]
     config = {
         "architectures": [architecture],
-        "model_type": "vit",
+        "model_type": model_type,
         "hidden_size": ckpt.hidden_dim,
         "num_hidden_layers": ckpt.depth,
         "num_attention_heads": ckpt.num_heads,
-        "intermediate_size": ckpt.mlp_dim,
         "hidden_act": "gelu" if ckpt.approximate_gelu is False else "gelu_pytorch_tanh",
-        "hidden_dropout_prob": 0.0,
-        "attention_probs_dropout_prob": 0.0,
-        "initializer_range": 0.02,
         "layer_norm_eps": ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON,
         "image_size": size,
         "patch_size": ckpt.patch_size,
         "num_channels": ckpt.channels,
-        "qkv_bias": True,
-        "encoder_stride": ckpt.patch_size,
-        "pooler_output_size": ckpt.representation_size or ckpt.hidden_dim,
-        "pooler_act": "tanh",
         "torch_dtype": "float32",
     }
     if ckpt.classes:
@@ -149,22 +142,42 @@ def hf_config(ckpt, architecture):
     return config
 
 
-def hf_preprocessor_config(ckpt):
-    """The transformers `ViTImageProcessor` settings for `ckpt`: bilinear resize to its
-    resolution, then `(x / 255 - 0.5) / 0.5`, the [-1, 1] scaling of `preprocess_input`."""
+def hf_config(ckpt, architecture, model_type="vit"):
+    """The transformers `ViTConfig` (or `DeiTConfig`, the same fields) of `ckpt` as a dict."""
+    return {
+        **common_config(ckpt, architecture, model_type),
+        "intermediate_size": ckpt.mlp_dim,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "initializer_range": 0.02,
+        "qkv_bias": True,
+        "encoder_stride": ckpt.patch_size,
+        "pooler_output_size": ckpt.representation_size or ckpt.hidden_dim,
+        "pooler_act": "tanh",
+    }
+
+
+# PIL's resampling codes, as transformers' image processors record them.
+RESAMPLE = {"bilinear": 2, "bicubic": 3}
+
+
+def hf_preprocessor_config(ckpt, processor="ViTImageProcessor"):
+    """The transformers image processor settings for `ckpt`: resize to its resolution with its
+    preprocessing's interpolation, then `(x / 255 - mean) / std` with its mean / std
+    (`keras_vit.preprocessing`; the paper's [-1, 1] by default)."""
+    spec = preprocessing(ckpt.preprocessing)
     height, width = (g * ckpt.patch_size for g in ckpt.patch_grid)
     return {
-        "image_processor_type": "ViTImageProcessor",
+        "image_processor_type": processor,
         "do_resize": True,
         "size": {"height": height, "width": width},
-        "resample": 2,  # PIL.Image.BILINEAR
+        "resample": RESAMPLE[spec.interpolation],
         "do_rescale": True,
         "rescale_factor": 1 / 255,
         "do_normalize": True,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
+        "image_mean": list(spec.mean),
+        "image_std": list(spec.std),
     }
-
 
 
 def write(folder, ckpt):
@@ -187,13 +200,19 @@ def write(folder, ckpt):
     theirs = FORMAT.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to hf")
     if architecture == "ViTForImageClassification":
         theirs = {k if k.startswith("classifier.") else "vit." + k: v for k, v in theirs.items()}
+    write_folder(folder, theirs, hf_config(ckpt, architecture), hf_preprocessor_config(ckpt))
+
+
+def write_folder(folder, tensors, config, preprocessor):
+    """A transformers folder: `model.safetensors` (float32 `tensors`), `config.json` and
+    `preprocessor_config.json`, written whole and swapped in when complete."""
     with atomic_path(folder) as tmp:
         os.makedirs(tmp)
         containers.write_safetensors(
-            os.path.join(tmp, "model.safetensors"), {k: v.astype(np.float32) for k, v in theirs.items()}, {"format": "pt"}
+            os.path.join(tmp, "model.safetensors"), {k: v.astype(np.float32) for k, v in tensors.items()}, {"format": "pt"}
         )
-        write_json(os.path.join(tmp, "config.json"), hf_config(ckpt, architecture))
-        write_json(os.path.join(tmp, "preprocessor_config.json"), hf_preprocessor_config(ckpt))
+        write_json(os.path.join(tmp, "config.json"), config)
+        write_json(os.path.join(tmp, "preprocessor_config.json"), preprocessor)
 
 
 FORMAT = Format(

@@ -9,8 +9,8 @@ Keys are the names of the Keras layers holding a variable, then `vars/<position>
 pooling; a bare `.weights.h5` records neither (heads then come from the builder, as for timm
 files, and a head is taken to read the class token, keras-hub's default).
 
-The export writes `config.json`, `metadata.json`, the image converter (bilinear resize to the
-model's resolution, `x / 127.5 - 1` like `preprocess_input`) and `model.weights.h5`, plus for a
+The export writes `config.json`, `metadata.json`, the image converter (resize to the model's
+resolution, then `preprocess_input`'s scaling: the model's preprocessing) and `model.weights.h5`, plus for a
 model with a head `task.json`, `preprocessor.json` and `task.weights.h5` (logits, class-token
 pooling). The `.weights.h5` files are written with h5py under the group paths Keras derives
 from keras-hub's attribute and class names (`_h5_group`).
@@ -23,6 +23,7 @@ import h5py
 import numpy as np
 
 from keras_vit.files import atomic_path, write_json
+from keras_vit.preprocessing import preprocessing
 from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import containers
 from keras_vit.weights.canonical import ATTN, BLOCK, MLP, POSEMB, QKV, Metadata
@@ -237,14 +238,15 @@ def _backbone_config(ckpt):
 
 
 def _image_converter(ckpt):
-    """keras-hub's `ViTImageConverter`: resize (bilinear, centre crop to the aspect ratio, as
-    keras_vit's `predict`) to the model's resolution, then `preprocess_input`'s [-1, 1]."""
-    grid = ckpt.patch_grid
+    """keras-hub's `ViTImageConverter`: resize (centre crop to the aspect ratio, as keras_vit's
+    `predict`) to the model's resolution with its preprocessing's interpolation, then
+    `x * scale + offset` per channel: `preprocess_input`'s `(x / 255 - mean) / std`."""
+    spec, grid = preprocessing(ckpt.preprocessing), ckpt.patch_grid
     return _serialized("vit_image_converter", "ViTImageConverter", {
         "image_size": [grid[0] * ckpt.patch_size, grid[1] * ckpt.patch_size],
-        "scale": 1 / 127.5,
-        "offset": -1.0,
-        "interpolation": "bilinear",
+        "scale": [1 / s for s in spec.scale],
+        "offset": [-m / s for m, s in zip(spec.mean, spec.std)],
+        "interpolation": spec.interpolation,
         "antialias": False,
         "crop_to_aspect_ratio": True,
         "pad_to_aspect_ratio": False,

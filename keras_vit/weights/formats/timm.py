@@ -1,6 +1,7 @@
 """timm's `VisionTransformer` state dict (`.safetensors`, or a PyTorch `.pth` / `.bin`),
 including the hybrid `vit_base_r50_s16_*` (its BiT ResNet under `patch_embed.backbone.`,
-stages and blocks counted from 0) and `no_embed_class` position embeddings. Its checkpoints
+stages and blocks counted from 0) and `no_embed_class` position embeddings (read, and written
+for models with register tokens). Its checkpoints
 run the exact GELU; they do not record the head count."""
 
 import math
@@ -8,9 +9,10 @@ import math
 import numpy as np
 
 from keras_vit.weights import containers
-from keras_vit.weights.canonical import ATTN, DIST, LAYER_SCALE, MAP, MAP_ATTN, QKV, REG, Metadata
+from keras_vit.weights.canonical import ATTN, DIST, FC_NORM, LAYER_SCALE, MAP, MAP_ATTN, POSEMB, QKV, REG, Metadata
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.formats.common import linear_row, torch_rows, with_class_row
+from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.table import Row, Table, pairs
 from keras_vit.weights.transforms import (
     bias_to_heads,
@@ -64,6 +66,14 @@ ATTENTION_POOL = (
     linear_row(MAP + "MlpBlock_0/Dense_1/", "attn_pool.mlp.fc2.", optional=True),
 )
 
+# The final LayerNorm: `norm` on the tokens, or `fc_norm` on the pooled features (timm's
+# `fc_norm=True`, the default of its `global_pool="avg"` models), one of them.
+FINAL_NORM = (
+    Row(("Transformer/encoder_norm/scale", "Transformer/encoder_norm/bias"), ("norm.weight", "norm.bias"),
+        None, flat, optional=True),
+    Row(FC_NORM, ("fc_norm.weight", "fc_norm.bias"), None, flat, optional=True),
+)
+
 # DeiT's distillation token and head, DINOv2's registers, LayerScale (DeiT III, DINOv2).
 FAMILY_ROWS = (
     *pairs((DIST, "dist_token"), (REG, "reg_token"), (LAYER_SCALE[0], "blocks.{i}.ls1.gamma"),
@@ -95,7 +105,7 @@ BIT_STEM = (
 TABLE = Table(
     torch_rows(
         "patch_embed.proj.", "cls_token", "pos_embed", "blocks.{i}.norm1.", "blocks.{i}.norm2.",
-        "blocks.{i}.attn.proj.", "blocks.{i}.mlp.fc1.", "blocks.{i}.mlp.fc2.", "norm.", "pre_logits.fc.", "head.",
+        "blocks.{i}.attn.proj.", "blocks.{i}.mlp.fc1.", "blocks.{i}.mlp.fc2.", None, "pre_logits.fc.", "head.",
     )
     + (
         Row(
@@ -108,6 +118,7 @@ TABLE = Table(
     + BIT_STEM
     + ATTENTION_POOL
     + FAMILY_ROWS
+    + FINAL_NORM
 )
 
 
@@ -117,19 +128,40 @@ def detect(raw):
 
 
 def prepare(raw):
-    """Adds the class-token row to a `no_embed_class` position embedding."""
+    """Adds the zero rows of the class (and distillation) token to a `no_embed_class` position
+    embedding."""
     tensors = dict(raw.tensors)
     posemb = tensors.get("pos_embed")
     if posemb is not None and "cls_token" in tensors and math.isqrt(posemb.shape[1]) ** 2 == posemb.shape[1]:
-        tensors["pos_embed"] = with_class_row(posemb)
+        for _ in range(1 + ("dist_token" in tensors)):
+            posemb = with_class_row(posemb)
+        tensors["pos_embed"] = posemb
+    return tensors
+
+
+def without_embed_class(tensors, prefix):
+    """timm's `no_embed_class` layout of canonical `tensors`: the position rows of the `prefix`
+    tokens (class, distillation) added to those tokens, the position embedding left with the
+    patch rows. The same model; the only layout in which timm's register tokens, like
+    keras_vit's, get no position embedding."""
+    tensors, posemb = dict(tensors), tensors[POSEMB]
+    for row, key in enumerate(("cls", DIST)[:prefix]):
+        token = tensors[key]
+        tensors[key] = LazyArray(token.shape, np.float32,
+                                 lambda t=token, r=row: t.load() + posemb.load()[:, r:r + 1], token.source)
+    rows = (1, posemb.shape[1] - prefix, posemb.shape[2])
+    tensors[POSEMB] = LazyArray(rows, np.float32, lambda: posemb.load()[:, prefix:], posemb.source)
     return tensors
 
 
 def write(path, ckpt):
     """A timm state dict as `.safetensors`; a pre_logits layer is written as `pre_logits.fc.*`,
-    as older timm versions named it."""
+    as older timm versions named it, and a model with register tokens as `no_embed_class`."""
     ckpt.require_class_token_head("timm")
-    tensors = FORMAT.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to timm")
+    tensors = ckpt.tensors
+    if ckpt.num_registers and POSEMB in tensors:
+        tensors = without_embed_class(tensors, ckpt.position_prefix)
+    tensors = FORMAT.from_canonical(tensors, ckpt.num_heads, f"export of {ckpt.path} to timm")
     containers.write_safetensors(path, {k: v.astype(np.float32) for k, v in tensors.items()}, {"format": "pt"})
 
 
@@ -138,7 +170,8 @@ FORMAT = Format(
     table=TABLE,
     detect=detect,
     prepare=prepare,
-    metadata=lambda raw, tensors: Metadata(approximate_gelu=False),
+    # timm's fc_norm models pool by the mean (`global_pool="avg"`, whose default it is).
+    metadata=lambda raw, tensors: Metadata(approximate_gelu=False, pooling="avg" if "fc_norm.weight" in tensors else None),
     write=write,
     suffixes=(".safetensors",),
 )
