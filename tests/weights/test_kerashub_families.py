@@ -21,8 +21,9 @@ def numpy(x):
 
 
 def _close(actual, expected):
+    expected = numpy(expected)
     assert np.abs(expected).max() > 0.5  # not a comparison of near-zero numbers
-    np.testing.assert_allclose(numpy(actual), numpy(expected), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(numpy(actual), expected, atol=1e-5, rtol=0)
 
 
 def _preset(model, folder):
