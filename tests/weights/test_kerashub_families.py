@@ -62,3 +62,60 @@ def test_dinov2_weights_h5_of_a_named_backbone(tmp_path, x):
         input_shape=(16, 16, 3), include_top=False, approximate_gelu=False, weights=str(tmp_path / "dinov2.weights.h5"),
     )
     _close(model(x), hub(x))
+
+
+def _deit_backbone(seed):
+    return randomize(keras_hub.models.DeiTBackbone(**SIZE), seed=seed)
+
+
+def test_deit_backbone_preset(tmp_path, x):
+    folder, hub = _preset(_deit_backbone(3), tmp_path / "deit")
+    model = keras_vit.from_checkpoint(folder)
+    assert read_checkpoint(folder).distillation_token and model.preprocessing == "deit"
+    _close(model(x), hub(x))
+
+
+@pytest.mark.parametrize("kind", ["preset", "keras"])
+def test_deit_classifier_reads_the_class_token(kind, tmp_path, x):
+    classifier = randomize(keras_hub.models.DeiTImageClassifier(backbone=_deit_backbone(4), num_classes=CLASSES), seed=4)
+    if kind == "preset":
+        path, hub = _preset(classifier, tmp_path / "deit")
+    else:
+        path, hub = str(tmp_path / "deit.keras"), classifier
+        classifier.save(path)
+    model = keras_vit.from_checkpoint(path, classifier_activation=None)
+    assert "head_dist" not in [layer.name for layer in model.layers]
+    _close(model(x), hub(x))
+
+
+def test_deit_classifier_pooling_over_all_tokens_is_refused(tmp_path):
+    backbone = keras_hub.models.DeiTBackbone(**SIZE)
+    keras_hub.models.DeiTImageClassifier(backbone=backbone, num_classes=CLASSES, pooling="gap").save_to_preset(
+        str(tmp_path / "deit"))
+    with pytest.raises(ValueError, match=r"pooling='gap' .*keras_vit's head reads the class token"):
+        keras_vit.from_checkpoint(str(tmp_path / "deit"))
+
+
+def _siglip_vision(seed, **config):
+    encoder = randomize(keras_hub.models.SigLIPVisionEncoder(**SIZE, **config), seed=seed)
+    encoder.embedding.position_ids.assign(np.arange(16)[None])  # integers: not weights to randomize
+    return encoder
+
+
+@pytest.mark.parametrize("activation", ["gelu_approximate", "gelu"])
+def test_siglip_vision_encoder_preset(activation, tmp_path, x):
+    folder, hub = _preset(_siglip_vision(5, intermediate_activation=activation), tmp_path / "siglip")
+    model = keras_vit.from_checkpoint(folder)
+    assert model.get_layer("encoder").approximate_gelu is (activation == "gelu_approximate")
+    assert model.preprocessing == "siglip"
+    _close(model(x), hub(x))  # the MAP head's pooled features
+
+
+def test_siglip_backbone_preset_loads_its_image_tower(tmp_path, x):
+    text = keras_hub.models.SigLIPTextEncoder(
+        vocabulary_size=10, embedding_dim=32, hidden_dim=32, num_layers=1, num_heads=2, intermediate_dim=64)
+    pair = keras_hub.models.SigLIPBackbone(_siglip_vision(6), randomize(text, seed=6))
+    folder, hub = _preset(pair, tmp_path / "siglip")
+    tokens = keras_vit.from_checkpoint(folder, pooling=None)
+    assert tokens.output_shape == (None, 16, 32)
+    _close(keras_vit.from_checkpoint(folder)(x), hub.vision_encoder(x))

@@ -37,7 +37,6 @@ ENCODER = "vit_encoder/"
 HUB_BLOCK = ENCODER + "transformer_block_{i+1}/"
 LAYERS = ("vit_patching_and_embedding", "vit_encoder", "pre_logits", "predictions")
 HEAD_LAYERS = ("pre_logits", "predictions")
-CLASSIFIER = "keras_hub>ViTImageClassifier"
 
 
 def _layer(canonical, theirs, names=("kernel", "bias"), optional=False):
@@ -105,7 +104,7 @@ def _configs(raw):
     task = {}
     if os.path.lexists(os.path.join(raw.path, "task.json")):  # a preset folder's
         task = containers.read_json(os.path.join(raw.path, "task.json"))
-    if config.get("registered_name") == CLASSIFIER:  # a classifier's `.keras` file
+    if str(config.get("registered_name")).endswith("ImageClassifier"):  # a classifier's `.keras` file
         config, task = _object(config.get("config"), "the classifier's config", raw.path).get("backbone") or {}, config
     backbone = _object(_object(config, "the backbone's config", raw.path).get("config", {}), "the backbone's config", raw.path)
     return backbone, _object(task.get("config", {}), "task.json's config", raw.path)
