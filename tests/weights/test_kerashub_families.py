@@ -88,12 +88,19 @@ def test_deit_classifier_reads_the_class_token(kind, tmp_path, x):
     _close(model(x), hub(x))
 
 
-def test_deit_classifier_pooling_over_all_tokens_is_refused(tmp_path):
-    backbone = keras_hub.models.DeiTBackbone(**SIZE)
-    keras_hub.models.DeiTImageClassifier(backbone=backbone, num_classes=CLASSES, pooling="gap").save_to_preset(
-        str(tmp_path / "deit"))
-    with pytest.raises(ValueError, match=r"pooling='gap' .*keras_vit's head reads the class token"):
-        keras_vit.from_checkpoint(str(tmp_path / "deit"))
+@pytest.mark.parametrize("hub_model, message", [
+    (lambda: keras_hub.models.DeiTImageClassifier(keras_hub.models.DeiTBackbone(**SIZE), CLASSES, pooling="gap"),
+     r"pooling='gap' .*keras_vit's head reads the class token"),
+    (lambda: keras_hub.models.DeiTBackbone(**SIZE, use_mha_bias=False), r"use_mha_bias=False"),
+    (lambda: keras_hub.models.SigLIPVisionEncoder(**SIZE, intermediate_activation="relu"),
+     r"intermediate_activation='relu'; keras_vit's MLP runs"),
+    (lambda: keras_hub.models.SigLIPVisionEncoder(**SIZE, layer_norm_epsilon=1e-5), r"share one epsilon"),
+], ids=["deit_gap", "deit_no_bias", "siglip_relu", "siglip_epsilon"])
+def test_what_keras_vit_cannot_run_exactly_is_refused_in_one_line(hub_model, message, tmp_path):
+    hub_model().save_to_preset(str(tmp_path / "preset"))
+    with pytest.raises(ValueError, match=message) as error:
+        keras_vit.from_checkpoint(str(tmp_path / "preset"))
+    assert "\n" not in str(error.value)
 
 
 def _siglip_vision(seed, **config):

@@ -18,7 +18,7 @@ from typing import Callable
 from keras_vit.weights.canonical import ATTN, BLOCK, DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QKV, REG, Metadata
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.formats.common import config_pair
-from keras_vit.weights.formats.kerashub import _configs, _layer, _posemb_from_canonical, _posemb_to_canonical
+from keras_vit.weights.formats.kerashub import layer_rows, posemb_from_canonical, posemb_to_canonical, preset_configs
 from keras_vit.weights.table import Row, Table, pairs
 
 NORM = ("scale", "bias")
@@ -27,7 +27,7 @@ DROPPED = None  # an embedding variable keras_vit's model has no use for (a mask
 
 def _attention_rows(canonical, theirs):
     """keras `MultiHeadAttention` at `theirs`: q / k / v and output, in the canonical layout already."""
-    return sum((_layer(canonical + f"{n}/", theirs + f"{n}/") for n in QKV), ()) + _layer(
+    return sum((layer_rows(canonical + f"{n}/", theirs + f"{n}/") for n in QKV), ()) + layer_rows(
         canonical + "out/", theirs + "attention_output/"
     )
 
@@ -35,11 +35,11 @@ def _attention_rows(canonical, theirs):
 def _block_rows(block, norm1, attention, norm2, fc1, fc2):
     """One pre-norm transformer block at `block` (with `{i}`), its layers' names after it."""
     return (
-        _layer(BLOCK + "LayerNorm_0/", block + norm1, NORM)
+        layer_rows(BLOCK + "LayerNorm_0/", block + norm1, NORM)
         + _attention_rows(ATTN, block + attention)
-        + _layer(BLOCK + "LayerNorm_2/", block + norm2, NORM)
-        + _layer(MLP + "Dense_0/", block + fc1)
-        + _layer(MLP + "Dense_1/", block + fc2)
+        + layer_rows(BLOCK + "LayerNorm_2/", block + norm2, NORM)
+        + layer_rows(MLP + "Dense_0/", block + fc1)
+        + layer_rows(MLP + "Dense_1/", block + fc2)
     )
 
 
@@ -65,36 +65,36 @@ DEIT_BLOCK = "deit_encoder/transformer_block_{i+1}/"
 SIGLIP_BLOCK = "encoder_block_{i}/"
 
 DINOV2_TABLE = Table(
-    _layer("embedding/", "embeddings/patch_embeddings/projection/")
+    layer_rows("embedding/", "embeddings/patch_embeddings/projection/")
     + pairs(("cls", "embeddings/cls_token"), (POSEMB, "embeddings/position_embeddings"))
     + pairs((REG, "embeddings/register_tokens"), optional=True)
     + _block_rows(DINOV2_BLOCK, "norm1/", "attention/attention/", "norm2/", "mlp/fc1/", "mlp/fc2/")
     + pairs((LAYER_SCALE[0], DINOV2_BLOCK + "layer_scale1/vars/0"), (LAYER_SCALE[1], DINOV2_BLOCK + "layer_scale2/vars/0"))
-    + _layer("Transformer/encoder_norm/", "layernorm/", NORM)
+    + layer_rows("Transformer/encoder_norm/", "layernorm/", NORM)
 )
 
 DEIT_TABLE = Table(
-    _layer("embedding/", "deit_patching_and_embedding/patch_embedding/")
+    layer_rows("embedding/", "deit_patching_and_embedding/patch_embedding/")
     + pairs(
         ("cls", "deit_patching_and_embedding/class_token"),
         (DIST, "deit_patching_and_embedding/distillation_token"),
         (POSEMB, "deit_patching_and_embedding/position_embedding"),
     )
     + _block_rows(DEIT_BLOCK, "ln_1/", "mha/", "ln_2/", "mlp/dense/", "output_layer/output/")
-    + _layer("Transformer/encoder_norm/", "deit_encoder/ln/", NORM)
-    + _layer("head/", "predictions/", optional=True)
+    + layer_rows("Transformer/encoder_norm/", "deit_encoder/ln/", NORM)
+    + layer_rows("head/", "predictions/", optional=True)
 )
 
 SIGLIP_TABLE = Table(
-    _layer("embedding/", "embedding/patch_embedding/")
-    + (Row(POSEMB, "embedding/position_embedding/vars/0", _posemb_to_canonical, _posemb_from_canonical),)
+    layer_rows("embedding/", "embedding/patch_embedding/")
+    + (Row(POSEMB, "embedding/position_embedding/vars/0", posemb_to_canonical, posemb_from_canonical),)
     + _block_rows(SIGLIP_BLOCK, "layer_norm1/", "self_attn/", "layer_norm2/", "mlp/fc1/", "mlp/fc2/")
-    + _layer("Transformer/encoder_norm/", "post_layer_norm/", NORM)
+    + layer_rows("Transformer/encoder_norm/", "post_layer_norm/", NORM)
     + pairs((MAP + "probe", "head/vars/0"))
     + _attention_rows(MAP_ATTN, "head/attention/")
-    + _layer(MAP + "LayerNorm_0/", "head/layernorm/", NORM)
-    + _layer(MAP + "MlpBlock_0/Dense_0/", "head/mlp/fc1/")
-    + _layer(MAP + "MlpBlock_0/Dense_1/", "head/mlp/fc2/")
+    + layer_rows(MAP + "LayerNorm_0/", "head/layernorm/", NORM)
+    + layer_rows(MAP + "MlpBlock_0/Dense_0/", "head/mlp/fc1/")
+    + layer_rows(MAP + "MlpBlock_0/Dense_1/", "head/mlp/fc2/")
 )
 
 
@@ -159,7 +159,7 @@ def _detector(family):
 
 def _backbone_config(raw):
     """The config of the image model (a SigLIPBackbone's `vision_encoder`), and the task's."""
-    backbone, task = _configs(raw)
+    backbone, task = preset_configs(raw)
     vision = backbone.get("vision_encoder")
     return (vision.get("config", {}) if isinstance(vision, dict) else backbone), task
 
