@@ -60,6 +60,28 @@ def _siglip_embedding_names(shapes):
     return [DROPPED] * len(shapes)
 
 
+def _deit_refusal(backbone, task):
+    """Why keras_vit cannot run this DeiT exactly as keras-hub does, or None."""
+    if task.get("pooling", "token") != "token":
+        return (f"a DeiTImageClassifier with pooling={task['pooling']!r} (the mean of all tokens, class and "
+                "distillation token included); keras_vit's head reads the class token (pooling='token')")
+    if backbone.get("use_mha_bias") is False:
+        return "a DeiTBackbone with use_mha_bias=False; keras_vit's attention has biases"
+    return None
+
+
+def _siglip_refusal(backbone, task):
+    """Why keras_vit cannot run this SigLIP image tower exactly as keras-hub does, or None."""
+    activation = backbone.get("intermediate_activation", "gelu_approximate")
+    if activation not in ("gelu", "gelu_approximate"):
+        return (f"a SigLIPVisionEncoder with intermediate_activation={activation!r}; "
+                "keras_vit's MLP runs 'gelu' or 'gelu_approximate'")
+    if backbone.get("layer_norm_epsilon", 1e-6) != 1e-6:
+        return ("a SigLIPVisionEncoder with layer_norm_epsilon != 1e-6, whose final LayerNorm keeps 1e-6; "
+                "keras_vit's LayerNorms share one epsilon")
+    return None
+
+
 DINOV2_BLOCK = "encoder/layers_{i}/"
 DEIT_BLOCK = "deit_encoder/transformer_block_{i+1}/"
 SIGLIP_BLOCK = "encoder_block_{i}/"
@@ -105,7 +127,9 @@ class _Family:
     patch embedding's kernel under it and `marker` another of the model's layers (together
     they find the model in a file); `grid_from`: the config key of the resolution the
     position embeddings are for; `head`: the task's layers, kept beside the backbone's;
-    `aliases`: `(theirs, table's)` spellings of a layer's path, the table knowing one."""
+    `aliases`: `(theirs, table's)` spellings of a layer's path, the table knowing one;
+    `activation`: the MLP's when the config names none; `refusal(backbone config, task
+    config)`: why keras_vit cannot run the model exactly, or None."""
 
     name: str
     table: Table
@@ -118,15 +142,19 @@ class _Family:
     grid_from: str = "image_shape"
     head: tuple = ()
     aliases: tuple = ()
+    activation: str = "gelu"
+    refusal: Callable = lambda backbone, task: None
 
 
 DINOV2 = _Family("DINOv2", DINOV2_TABLE, ("DINOV2Backbone",), "embeddings", "patch_embeddings/projection/vars/0",
                  "layernorm", _dinov2_embedding_names, "dinov2", grid_from="position_embedding_shape",
                  aliases=(("/mlp/weights_in/", "/mlp/fc1/"), ("/mlp/weights_out/", "/mlp/fc2/")))  # SwiGLU
 DEIT = _Family("DeiT", DEIT_TABLE, ("DeiTBackbone", "DeiTImageClassifier"), "deit_patching_and_embedding",
-               "patch_embedding/vars/0", "deit_encoder", _deit_embedding_names, "deit", head=("predictions",))
+               "patch_embedding/vars/0", "deit_encoder", _deit_embedding_names, "deit", head=("predictions",),
+               refusal=_deit_refusal)
 SIGLIP = _Family("SigLIP", SIGLIP_TABLE, ("SigLIPVisionEncoder", "SigLIPBackbone"), "embedding",
-                 "patch_embedding/vars/0", "post_layer_norm", _siglip_embedding_names, "siglip")
+                 "patch_embedding/vars/0", "post_layer_norm", _siglip_embedding_names, "siglip",
+                 activation="gelu_approximate", refusal=_siglip_refusal)
 
 
 def _root(family, tensors):
@@ -160,24 +188,13 @@ def _detector(family):
 def _backbone_config(raw):
     """The config of the image model (a SigLIPBackbone's `vision_encoder`), and the task's."""
     backbone, task = preset_configs(raw)
-    vision = backbone.get("vision_encoder")
-    return (vision.get("config", {}) if isinstance(vision, dict) else backbone), task
-
-
-def _refusal(family, backbone, task):
-    """Why keras_vit's ViT cannot run this model exactly as keras-hub does, or None."""
-    if family is DEIT and task.get("pooling", "token") != "token":
-        return (f"a DeiTImageClassifier with pooling={task['pooling']!r} (the mean of all tokens, class and "
-                "distillation token included); keras_vit's head reads the class token (pooling='token')")
-    if family is DEIT and backbone.get("use_mha_bias") is False:
-        return "a DeiTBackbone with use_mha_bias=False; keras_vit's attention has biases"
-    if family is SIGLIP and backbone.get("intermediate_activation", "gelu_approximate") not in ("gelu", "gelu_approximate"):
-        return (f"a SigLIPVisionEncoder with intermediate_activation={backbone['intermediate_activation']!r}; "
-                "keras_vit's MLP runs 'gelu' or 'gelu_approximate'")
-    if family is SIGLIP and backbone.get("layer_norm_epsilon", 1e-6) != 1e-6:
-        return ("a SigLIPVisionEncoder with layer_norm_epsilon != 1e-6, whose final LayerNorm keeps 1e-6; "
-                "keras_vit's LayerNorms share one epsilon")
-    return None
+    if "vision_encoder" not in backbone:
+        return backbone, task
+    vision = backbone["vision_encoder"]
+    vision = vision.get("config") if isinstance(vision, dict) else None
+    if not isinstance(vision, dict):
+        raise ValueError(f"{raw.path}: the SigLIPBackbone's vision_encoder config is not a JSON object ({{...}}).")
+    return vision, task
 
 
 def _preparer(family):
@@ -188,7 +205,7 @@ def _preparer(family):
         if found is None:
             raise ValueError(f"{raw.path}: a KerasHub {family.name} config, but no {family.embedding}/{family.patches} weights.")
         backbone, task = _backbone_config(raw)
-        problem = _refusal(family, backbone, task)
+        problem = family.refusal(backbone, task)
         if problem:
             raise ValueError(f"{raw.path}: {problem}, so it cannot hold these weights.")
         root, prefix = found
@@ -225,7 +242,7 @@ def _metadata(family):
             image = config_pair(backbone[family.grid_from], family.grid_from, raw.path, length=3)
             grid = tuple(s // p for s, p in zip(image, patch))
         return Metadata(
-            approximate_gelu=family is SIGLIP and backbone.get("intermediate_activation", "gelu_approximate") != "gelu",
+            approximate_gelu=backbone.get("intermediate_activation", family.activation) == "gelu_approximate",
             num_heads=backbone.get("num_heads"),
             grid=grid,
             layer_norm_epsilon=backbone.get("layer_norm_epsilon", 1e-6),
