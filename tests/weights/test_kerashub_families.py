@@ -126,3 +126,12 @@ def test_siglip_backbone_preset_loads_its_image_tower(tmp_path, x):
     tokens = keras_vit.from_checkpoint(folder, pooling=None)
     assert tokens.output_shape == (None, 16, 32)
     _close(keras_vit.from_checkpoint(folder)(x), hub.vision_encoder(x))
+
+
+@pytest.mark.parametrize("family", ["deit", "siglip"])
+def test_bare_weights_h5_is_told_apart_by_its_layers(family, tmp_path, x):
+    """No config: the family from the layers' names, heads from the caller, keras-hub's defaults."""
+    hub = _deit_backbone(7) if family == "deit" else _siglip_vision(7)
+    hub.save_weights(str(tmp_path / "hub.weights.h5"))
+    assert read_checkpoint(str(tmp_path / "hub.weights.h5"), num_heads=2).format == f"kerashub_{family}"
+    _close(keras_vit.from_checkpoint(str(tmp_path / "hub.weights.h5"), num_heads=2)(x), hub(x))
