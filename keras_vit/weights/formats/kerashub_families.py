@@ -91,7 +91,7 @@ DINOV2_TABLE = Table(
     + pairs(("cls", "embeddings/cls_token"), (POSEMB, "embeddings/position_embeddings"))
     + pairs((REG, "embeddings/register_tokens"), optional=True)
     + _block_rows(DINOV2_BLOCK, "norm1/", "attention/attention/", "norm2/", "mlp/fc1/", "mlp/fc2/")
-    + pairs((LAYER_SCALE[0], DINOV2_BLOCK + "layer_scale1/vars/0"), (LAYER_SCALE[1], DINOV2_BLOCK + "layer_scale2/vars/0"))
+    + pairs(*((LAYER_SCALE[j], DINOV2_BLOCK + f"layer_scale{j + 1}/vars/0") for j in (0, 1)))
     + layer_rows("Transformer/encoder_norm/", "layernorm/", NORM)
 )
 
@@ -203,7 +203,9 @@ def _preparer(family):
         layer-name prefix stripped, the embedding layer's variables named."""
         found = _root(family, raw.tensors)
         if found is None:
-            raise ValueError(f"{raw.path}: a KerasHub {family.name} config, but no {family.embedding}/{family.patches} weights.")
+            raise ValueError(
+                f"{raw.path}: a KerasHub {family.name} config, but no {family.embedding}/{family.patches} weights."
+            )
         backbone, task = _backbone_config(raw)
         problem = family.refusal(backbone, task)
         if problem:
