@@ -8,7 +8,7 @@ imports Keras.
 
 import os
 
-from keras_vit.weights.formats import hf_families, keras, kerashub, original, timm
+from keras_vit.weights.formats import hf_families, keras, kerashub, kerashub_families, original, timm
 
 FORMATS = [
     original.FORMAT,
@@ -19,6 +19,7 @@ FORMATS = [
     hf_families.HF,
     keras.FORMAT,
     kerashub.FORMAT,
+    *kerashub_families.FORMATS,
 ]
 
 

@@ -37,35 +37,34 @@ ENCODER = "vit_encoder/"
 HUB_BLOCK = ENCODER + "transformer_block_{i+1}/"
 LAYERS = ("vit_patching_and_embedding", "vit_encoder", "pre_logits", "predictions")
 HEAD_LAYERS = ("pre_logits", "predictions")
-CLASSIFIER = "keras_hub>ViTImageClassifier"
 
 
-def _layer(canonical, theirs, names=("kernel", "bias"), optional=False):
+def layer_rows(canonical, theirs, names=("kernel", "bias"), optional=False):
     """The rows of one Keras layer: canonical `canonical + name` <-> `theirs + vars/<position>`."""
     return pairs(*((canonical + n, f"{theirs}vars/{j}") for j, n in enumerate(names)), optional=optional)
 
 
-def _posemb_to_canonical(arrays, heads):
+def posemb_to_canonical(arrays, heads):
     return [arrays[0].reshape(1, *arrays[0].shape)]
 
 
-def _posemb_from_canonical(arrays, heads):
+def posemb_from_canonical(arrays, heads):
     return [arrays[0].reshape(*arrays[0].shape[1:])]
 
 
 TABLE = Table(
-    _layer("embedding/", EMBED + "patch_embedding/")
+    layer_rows("embedding/", EMBED + "patch_embedding/")
     + pairs(("cls", EMBED + "vars/0"))
-    + (Row(POSEMB, EMBED + "position_embedding/vars/0", _posemb_to_canonical, _posemb_from_canonical),)
-    + _layer(BLOCK + "LayerNorm_0/", HUB_BLOCK + "ln_1/", ("scale", "bias"))
-    + sum((_layer(ATTN + f"{n}/", HUB_BLOCK + f"mha/{n}/") for n in QKV), ())
-    + _layer(ATTN + "out/", HUB_BLOCK + "mha/attention_output/")
-    + _layer(BLOCK + "LayerNorm_2/", HUB_BLOCK + "ln_2/", ("scale", "bias"))
-    + _layer(MLP + "Dense_0/", HUB_BLOCK + "mlp/dense_1/")
-    + _layer(MLP + "Dense_1/", HUB_BLOCK + "mlp/dense_2/")
-    + _layer("Transformer/encoder_norm/", ENCODER + "ln/", ("scale", "bias"))
-    + _layer("pre_logits/", "pre_logits/", optional=True)
-    + _layer("head/", "predictions/", optional=True)
+    + (Row(POSEMB, EMBED + "position_embedding/vars/0", posemb_to_canonical, posemb_from_canonical),)
+    + layer_rows(BLOCK + "LayerNorm_0/", HUB_BLOCK + "ln_1/", ("scale", "bias"))
+    + sum((layer_rows(ATTN + f"{n}/", HUB_BLOCK + f"mha/{n}/") for n in QKV), ())
+    + layer_rows(ATTN + "out/", HUB_BLOCK + "mha/attention_output/")
+    + layer_rows(BLOCK + "LayerNorm_2/", HUB_BLOCK + "ln_2/", ("scale", "bias"))
+    + layer_rows(MLP + "Dense_0/", HUB_BLOCK + "mlp/dense_1/")
+    + layer_rows(MLP + "Dense_1/", HUB_BLOCK + "mlp/dense_2/")
+    + layer_rows("Transformer/encoder_norm/", ENCODER + "ln/", ("scale", "bias"))
+    + layer_rows("pre_logits/", "pre_logits/", optional=True)
+    + layer_rows("head/", "predictions/", optional=True)
 )
 
 # The layers whose bias a `use_*_bias=False` model leaves out, by its config flag.
@@ -98,14 +97,14 @@ def _object(value, what, path):
     return value
 
 
-def _configs(raw):
+def preset_configs(raw):
     """`(backbone config, task config)` of what `raw` records (empty dicts where nothing),
     each checked to be a JSON object."""
     config = _object(raw.meta.get("config") or {}, "config.json", raw.path)
     task = {}
     if os.path.lexists(os.path.join(raw.path, "task.json")):  # a preset folder's
         task = containers.read_json(os.path.join(raw.path, "task.json"))
-    if config.get("registered_name") == CLASSIFIER:  # a classifier's `.keras` file
+    if str(config.get("registered_name")).endswith("ImageClassifier"):  # a classifier's `.keras` file
         config, task = _object(config.get("config"), "the classifier's config", raw.path).get("backbone") or {}, config
     backbone = _object(_object(config, "the backbone's config", raw.path).get("config", {}), "the backbone's config", raw.path)
     return backbone, _object(task.get("config", {}), "task.json's config", raw.path)
@@ -114,7 +113,7 @@ def _configs(raw):
 def prepare(raw):
     """The ViT's own variables (a classifier's backbone prefix dropped), with zero biases where
     the config leaves them out; refuses what keras_vit's ViT cannot hold."""
-    backbone, task = _configs(raw)
+    backbone, task = preset_configs(raw)
     if backbone.get("use_class_token") is False or (
         not any(k.endswith(EMBED + "vars/0") for k in raw.tensors)
         and any(k.endswith(EMBED + "position_embedding/vars/0") for k in raw.tensors)
@@ -145,7 +144,7 @@ def prepare(raw):
 
 
 def metadata(raw, tensors):
-    backbone, _ = _configs(raw)
+    backbone, _ = preset_configs(raw)
     grid = None
     if "image_shape" in backbone and "patch_size" in backbone:
         patch = config_pair(backbone["patch_size"], "patch_size", raw.path)
