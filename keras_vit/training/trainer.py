@@ -12,7 +12,7 @@ import keras
 
 from keras_vit.torch_compile import compile_once
 from keras_vit.training import engine, on_step
-from keras_vit.training.heads import logits_model
+from keras_vit.training.heads import logits_output
 
 
 @dataclasses.dataclass
@@ -74,9 +74,9 @@ class Classification(engine.Task):
                 f"The model takes {tuple(model.inputs[0].shape[1:])} images but image_size={config.image_size}."
             )
         one_hot = config.label_smoothing > 0 or augmentation.mixes_labels
-        logits, from_logits = logits_model(model)
+        logits, from_logits = logits_output(model)
         # the same layers, with a step that scales and mixes the host's uint8 batches
-        train_model = compile_once(on_step.TrainingModel(logits.inputs, logits.outputs, name=logits.name))
+        train_model = compile_once(on_step.TrainingModel(model.inputs, logits, name=f"{model.name}_logits"))
         loss, metrics = loss_and_metrics(source.num_classes, one_hot, from_logits, config.label_smoothing)
         # weighted: the padding of evaluation batches (weight 0) is not counted
         return engine.Setup(
