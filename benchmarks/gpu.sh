@@ -2,7 +2,7 @@
 # The "GPU" figures of benchmarks/RESULTS.md on one lent H100, one stage per device call
 # (each under the 10-minute limit). Run from the repository root with the wheels of keras,
 # namex and optree in .whl/ (the GPU image has torch, jax, timm and transformers, no keras):
-#   bash benchmarks/gpu.sh training | inference | large | remat
+#   bash benchmarks/gpu.sh training | inference | large | remat | jaxprofile
 # Logs and JSON go to $OUT (default: gpu-results/).
 set -o pipefail
 OUT=${OUT:-gpu-results}; mkdir -p "$OUT"
@@ -33,5 +33,9 @@ remat)
   for v in "ViTL16 --start 256" "ViTH14 --start 64"; do
     KERAS_BACKEND=jax timeout 280 python3 benchmarks/remat_batch.py --variant $v --granularity 64 2>&1 | tee -a "$OUT/remat.log"
   done ;;
-*) echo "usage: bash benchmarks/gpu.sh training|inference|large|remat" >&2; exit 2 ;;
+jaxprofile)
+  KERAS_BACKEND=jax timeout 330 python3 benchmarks/jax_gpu_profile.py 2>&1 | tee "$OUT/jax_profile.log"
+  XLA_FLAGS=--xla_gpu_enable_triton_gemm=false KERAS_BACKEND=jax timeout 150 python3 benchmarks/jax_gpu_profile.py \
+    --modes inference --keras-variants shipped 2>&1 | tee "$OUT/jax_profile_no_triton.log" ;;
+*) echo "usage: bash benchmarks/gpu.sh training|inference|large|remat|jaxprofile" >&2; exit 2 ;;
 esac
