@@ -2,7 +2,7 @@
 # The "GPU" figures of benchmarks/RESULTS.md on one lent H100, one stage per device call
 # (each under the 10-minute limit). Run from the repository root with the wheels of keras,
 # namex and optree in .whl/ (the GPU image has torch, jax, timm and transformers, no keras):
-#   bash benchmarks/gpu.sh training | inference | large | remat | jaxprofile
+#   bash benchmarks/gpu.sh training | inference | large | remat | jaxprofile | overhead
 # Logs and JSON go to $OUT (default: gpu-results/).
 set -o pipefail
 OUT=${OUT:-gpu-results}; mkdir -p "$OUT"
@@ -37,5 +37,8 @@ jaxprofile)
   KERAS_BACKEND=jax timeout 330 python3 benchmarks/jax_gpu_profile.py 2>&1 | tee "$OUT/jax_profile.log"
   XLA_FLAGS=--xla_gpu_enable_triton_gemm=false KERAS_BACKEND=jax timeout 150 python3 benchmarks/jax_gpu_profile.py \
     --modes inference --keras-variants shipped 2>&1 | tee "$OUT/jax_profile_no_triton.log" ;;
-*) echo "usage: bash benchmarks/gpu.sh training|inference|large|remat|jaxprofile" >&2; exit 2 ;;
+overhead)
+  KERAS_BACKEND=jax timeout 560 python3 benchmarks/step_overhead.py --models b16 --batch 256 \
+    --dtype-policy mixed_bfloat16 --steps 10 --fit-steps 10 --rounds 3 --spe 1 8 --hlo 2>&1 | tee "$OUT/step_overhead.log" ;;
+*) echo "usage: bash benchmarks/gpu.sh training|inference|large|remat|jaxprofile|overhead" >&2; exit 2 ;;
 esac
