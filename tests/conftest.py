@@ -1,9 +1,21 @@
-"""Shared test set-up: quiet TensorFlow, a private weights cache, and no network."""
+"""Shared test set-up: quiet TensorFlow, one JAX compilation cache, a private weights cache, and
+no network."""
 
+import atexit
 import os
+import shutil
 import socket
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Under JAX every new tiny model compiles its functions again, here and in the Python processes
+# the tests start (training runs, hosts, commands): one persistent cache for the session and its
+# children turns the repeats into cache hits. A new, empty folder each session; set before JAX
+# is imported, so that this process reads it too.
+JAX_CACHE = tempfile.mkdtemp(prefix="keras_vit_tests_jax_cache_")
+atexit.register(shutil.rmtree, JAX_CACHE, ignore_errors=True)
+os.environ.update(JAX_COMPILATION_CACHE_DIR=JAX_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

@@ -1,7 +1,12 @@
-"""Model helpers of the tests: random weights, and values with gradients on any backend."""
+"""Model helpers of the tests: random weights, shapes without values, and values with gradients
+on any backend."""
 
+import contextlib
+
+import keras
 import numpy as np
 from keras import ops
+from keras.src.backend.common import global_state
 
 from tests.support import BACKEND
 
@@ -18,6 +23,18 @@ def randomize(model, seed=0, scale=0.2):
             values.append(scale * rng.standard_normal(shape))
     model.set_weights([v.astype(np.float32) for v in values])
     return model
+
+
+@contextlib.contextmanager
+def shapes_only():
+    """Variables created inside get their shapes but no values (Keras' deferred initialisation,
+    which `keras.StatelessScope` gives) and are dropped on exit: big models built in here cost
+    no memory or initialisation. Read them (`count_params`, `output_shape`) inside."""
+    try:
+        with keras.StatelessScope(initialize_variables=False):
+            yield
+    finally:
+        global_state.set_global_attribute("uninitialized_variables", [])
 
 
 def value_and_grads(fn, *args):
