@@ -169,6 +169,9 @@ def main(argv=None):
     parser.add_argument("--modes", nargs="+", default=["inference", "training"], choices=("inference", "training"))
     parser.add_argument("--keras-variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     args = parser.parse_args(argv)
+    for flag in ("batch", "resolution", "steps", "rounds"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag} must be >= 1")
     keras.config.set_dtype_policy("mixed_bfloat16")
     patch, width, _, heads, _ = ARCHITECTURES[args.variant]
     tokens = (args.resolution // patch) ** 2 + 1

@@ -54,6 +54,11 @@ def main(argv=None):
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
+    for flag in ("images", "rounds"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag} must be >= 1")
+    if min(args.resolutions) < 1:
+        parser.error("--resolutions must be >= 1")
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:1])
     import tensorflow as tf
 
