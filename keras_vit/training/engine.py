@@ -22,9 +22,8 @@ import keras
 
 from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.files import write_json
-from keras_vit.training import (
-    checkpointing, distribution, ema, fewshot, hosts, layer_decay, lora, optim, pipeline, precision, run_agreement,
-)
+from keras_vit.training import checkpointing, ema, fewshot, layer_decay, lora, optim, pipeline, precision
+from keras_vit.training.parallel import distribution, hosts, run_agreement
 from keras_vit.training.data import load_source
 from keras_vit.training.recipes import TrainConfig, check_recipe_command, recipe
 from keras_vit.variants import ARCHITECTURE_KEYS

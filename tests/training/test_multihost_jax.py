@@ -18,7 +18,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit.training import checkpointing, hosts, pipeline, run_agreement
+from keras_vit.training import checkpointing, pipeline
+from keras_vit.training.parallel import hosts, run_agreement
 from keras_vit.training.data import from_arrays
 
 BACKEND = keras.backend.backend()
@@ -179,7 +180,7 @@ def test_padding_of_validation_batches_is_not_counted_by_the_compiled_metrics():
 WATCHED = """
 import os, sys, threading
 from types import SimpleNamespace
-from keras_vit.training import hosts
+from keras_vit.training.parallel import hosts
 run_dir, count = sys.argv[1], int(sys.argv[2])
 plan = SimpleNamespace(process_index=0, processes=count, allgather=None)
 with hosts.watching(run_dir, plan, timeout=float(sys.argv[3])):

@@ -124,7 +124,7 @@ def test_tensorflow_multi_worker_kill_resume_and_separate_folders(tmp_path):
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="MultiWorkerMirroredStrategy: runs under KERAS_BACKEND=tensorflow")
 def test_keras_20585_still_needs_the_workaround(tmp_path):
     """Plain Keras `fit` under a 2-worker MultiWorkerMirroredStrategy; when this fails, Keras
-    fixed keras-team/keras#20585: remove keras_vit/training/keras_20585.py and its use."""
+    fixed keras-team/keras#20585: remove keras_vit/training/parallel/keras_20585.py and its use."""
     script = tmp_path / "plain.py"
     script.write_text(
         "import numpy as np, tensorflow as tf, keras\n"
@@ -138,7 +138,7 @@ def test_keras_20585_still_needs_the_workaround(tmp_path):
     )
     launches = [([sys.executable, str(script)], env) for _, env in _tf_workers(["", ""], "")]
     for code, out in _run_all(launches):
-        fixed = "Keras fixed keras-team/keras#20585: drop keras_vit/training/keras_20585.py"
+        fixed = "Keras fixed keras-team/keras#20585: drop keras_vit/training/parallel/keras_20585.py"
         assert code != 0 and "FIT WORKED" not in out, fixed
         assert "PerReplica" in out, out[-3000:]
 
@@ -187,9 +187,9 @@ def test_a_dead_peer_ends_the_survivor_in_bounded_time_with_one_line(tmp_path):
 
 @pytest.mark.parametrize("state", ['{"step": "abc", "weights": "step-1.weights.h5"}', "[1, 2]", ""])
 def test_the_resume_agreement_refuses_a_malformed_run_state_in_one_line(tmp_path, state):
-    from keras_vit.training import run_agreement
+    from keras_vit.training.parallel import run_agreement
     from keras_vit.training.checkpointing import BadRunState
-    from keras_vit.training.distribution import Plan
+    from keras_vit.training.parallel.distribution import Plan
 
     (tmp_path / "checkpoint").mkdir()
     (tmp_path / "checkpoint" / "state.json").write_text(state)
@@ -201,9 +201,9 @@ def test_the_resume_agreement_refuses_a_malformed_run_state_in_one_line(tmp_path
 def test_a_run_state_or_heartbeat_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path, kind):
     import signal
 
-    from keras_vit.training import hosts, run_agreement
+    from keras_vit.training.parallel import hosts, run_agreement
     from keras_vit.training.checkpointing import BadRunState
-    from keras_vit.training.distribution import Plan
+    from keras_vit.training.parallel.distribution import Plan
 
     (tmp_path / "checkpoint").mkdir()
     (tmp_path / "hosts").mkdir()

@@ -6,7 +6,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit.training import distribution, optim, precision
+from keras_vit.training import optim, precision
+from keras_vit.training.parallel import distribution
 from keras_vit.training.recipes import RECIPES, TrainConfig, parse_value, recipe
 from keras_vit.training.engine import schedule_steps
 

@@ -124,7 +124,7 @@ def _tf_plan(name):
 def _tf_multi_worker_plan(strategy):
     """Each worker reads its part of every global batch and feeds its own replicas; saving
     is collective; Keras' multi-worker `fit` is patched (see `keras_20585`)."""
-    from keras_vit.training import keras_20585, tf_multi_worker
+    from keras_vit.training.parallel import keras_20585, tf_multi_worker
 
     workers, index = tf_multi_worker.worker_position(strategy)
     gather = tf_multi_worker.gatherer(strategy)
@@ -315,7 +315,7 @@ def _jax_plan(name, model_parallel_size, heartbeat_seconds):
 
 
 def _torch_plan(name):
-    from keras_vit.training import torch_ddp
+    from keras_vit.training.parallel import torch_ddp
 
     if name == "auto":
         name = "torch_ddp" if torch_ddp.launched() else "none"
