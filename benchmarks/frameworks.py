@@ -57,7 +57,8 @@ class KerasRunner:
 
 class KerasViTRunner(KerasRunner):
     """keras_vit's `VisionTransformer` of `cfg["variant"]`, or of `cfg["architecture"]`
-    (patch, width, depth, heads, MLP) when given (torch_profile.py's tiny model)."""
+    (patch, width, depth, heads, MLP) when given (torch_profile.py's tiny model); tanh GELU
+    with `cfg["approximate_gelu"]` (a variant of jax_gpu_profile.py)."""
 
     def _build(self, cfg):
         from keras_vit import VisionTransformer
@@ -73,7 +74,7 @@ class KerasViTRunner(KerasRunner):
             input_shape=(size, size, 3),
             classes=NUM_CLASSES,
             classifier_activation=None,
-            approximate_gelu=False,
+            approximate_gelu=cfg.get("approximate_gelu", False),
             remat=cfg.get("remat", False),
         )
 

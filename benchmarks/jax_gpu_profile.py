@@ -5,8 +5,10 @@ the plain JAX ViT (jax_vit.py), variant by variant, in one process on one device
 
 Each case is one `jax.jit` function on a batch already on the device (no Keras loop: the
 loop's own cost is `step_overhead.py`'s subject). The cases are compiled first, then take turns
-for `--rounds` rounds of `--steps` steps; the table gives the median img/s and the ratio to the
-plain JAX ViT. Variants of keras_vit (each built and compiled while its change is in place):
+for `--rounds` rounds of `--steps` steps (`step_overhead.measure`, after a warm-up round); the
+table gives the median img/s and the ratio to the plain JAX ViT. keras_vit's model is
+`throughput.py`'s (`frameworks.KerasViTRunner`); its variants, each built and compiled while its
+change is in place:
 
 - `shipped`: as the library runs it (exact GELU as timm, float32 residual stream);
 - `padded cuDNN attention`: inference through the padded cuDNN flash kernel that training uses;
@@ -23,9 +25,7 @@ import collections
 import contextlib
 import os
 import re
-import statistics
 import sys
-import time
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,10 +35,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jax_vit  # noqa: E402
-import keras_vit  # noqa: E402
 from keras_vit.layers import attention, fused_attention, residual  # noqa: E402
-from step_overhead import bare_predict_step, bare_train_step  # noqa: E402
-from workload import ARCHITECTURES, LEARNING_RATE, NUM_CLASSES, WEIGHT_DECAY  # noqa: E402
+from step_overhead import bare_predict_step, bare_train_step, hlo_ops, measure  # noqa: E402
+from frameworks import KerasViTRunner  # noqa: E402
+from workload import ARCHITECTURES, NUM_CLASSES  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -69,17 +69,11 @@ VARIANTS = {  # name -> (approximate_gelu, context)
 }
 
 
-def keras_model(variant, size, approximate_gelu):
-    patch, width, depth, heads, mlp = ARCHITECTURES[variant]
-    keras.utils.set_random_seed(0)
-    model = keras_vit.VisionTransformer(
-        patch, width, depth, heads, mlp, input_shape=(size, size, 3), classes=NUM_CLASSES,
-        classifier_activation=None, approximate_gelu=approximate_gelu,
-    )
-    model.compile(
-        optimizer=keras.optimizers.AdamW(learning_rate=LEARNING_RATE, weight_decay=WEIGHT_DECAY),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
+def keras_model(args, approximate_gelu):
+    """throughput.py's keras_vit model (frameworks.KerasViTRunner), its optimizer built."""
+    cfg = dict(variant=args.variant, resolution=args.resolution, batch=args.batch, precision="mixed_bfloat16",
+               jit=True, approximate_gelu=approximate_gelu)
+    model = KerasViTRunner(cfg).model
     model.optimizer.build(model.trainable_variables)
     return model
 
@@ -87,8 +81,7 @@ def keras_model(variant, size, approximate_gelu):
 def census(compiled_text):
     """The custom calls by target, and the fusions / copies / transposes of a compiled program."""
     targets = collections.Counter(re.findall(r'custom_call_target="([^"]+)"', compiled_text))
-    ops = re.findall(r"^\s*(?:ROOT )?%?\S+ = \S+ (\S+?)\(", compiled_text, flags=re.M)
-    counts = collections.Counter(op for op in ops if op in ("fusion", "copy", "transpose"))
+    counts = collections.Counter(op for op in hlo_ops(compiled_text) if op in ("fusion", "copy", "transpose"))
     return ", ".join(f"{k} {v}" for k, v in sorted({**targets, **counts}.items()))
 
 
@@ -112,7 +105,7 @@ def cases(args, images, labels):
                 continue  # what training runs already
             approximate_gelu, context = VARIANTS[name]
             with context():
-                model = keras_model(args.variant, args.resolution, approximate_gelu)
+                model = keras_model(args, approximate_gelu)
                 if mode == "inference":
                     fn, (trainable, non_trainable) = bare_predict_step(model)
                     lowered = fn.lower(trainable, non_trainable, images)
@@ -146,17 +139,16 @@ def cases(args, images, labels):
     return built
 
 
-def measure(built, steps, rounds):
-    times = collections.defaultdict(list)
-    for _ in range(rounds):
-        for name, (step, _) in built.items():
-            start = time.perf_counter()
-            out = None
-            for _ in range(steps):
-                out = step()
-            jax.block_until_ready(out)
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+def repeated(step, steps):
+    """`steps` calls of `step`, waited for: a case of `step_overhead.measure`."""
+
+    def run():
+        out = None
+        for _ in range(steps):
+            out = step()
+        jax.block_until_ready(out)
+
+    return run
 
 
 def main(argv=None):
@@ -186,11 +178,11 @@ def main(argv=None):
     built = cases(args, images, labels)
     for name, (_, text) in built.items():
         print(f"{name}: {census(text)}")
-    seconds = measure(built, args.steps, args.rounds)
+    ms = measure({name: repeated(step, args.steps) for name, (step, _) in built.items()}, args.steps, args.rounds)
     print("\n| case | img/s | vs jax_vit |\n|---|---|---|")
-    for name, value in seconds.items():
-        reference = seconds[f"{name.split(':')[0]}: jax_vit"]
-        print(f"| {name} | {args.batch * args.steps / value:,.0f} | {reference / value:.2f}x |")
+    for name, value in ms.items():
+        reference = ms[f"{name.split(':')[0]}: jax_vit"]
+        print(f"| {name} | {args.batch * 1000 / value:,.0f} | {reference / value:.2f}x |")
 
 
 if __name__ == "__main__":

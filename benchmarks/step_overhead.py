@@ -236,8 +236,13 @@ def hlo_counts(name, size):
     return counts
 
 
+def hlo_ops(text):
+    """The op of every instruction of a compiled program's text (`fusion`, `copy`, `dot`, ...)."""
+    return re.findall(r"^\s*(?:ROOT )?%?\S+ = \S+ (\S+?)\(", text, flags=re.M)
+
+
 def _count(text):
-    instructions = re.findall(r"^\s*(?:ROOT )?%?\S+ = \S+ (\S+?)\(", text, flags=re.M)
+    instructions = hlo_ops(text)
     return {
         "instructions": len(instructions),
         "fusions": sum(op == "fusion" for op in instructions),
