@@ -59,12 +59,10 @@ def main(argv=None):
             parser.error(f"--{flag} must be >= 1")
     if min(args.resolutions) < 1:
         parser.error("--resolutions must be >= 1")
-    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:1])
-    import tensorflow as tf
+    from pipeline_throughput import jpeg_source, pin
 
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    from pipeline_throughput import jpeg_source
+    pin(1)
+    import tensorflow as tf
 
     data = [encoded for encoded, _ in jpeg_source(args.images).train]
     seeds = [tf.constant([0, i], tf.int64) for i in range(len(data))]

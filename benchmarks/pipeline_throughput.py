@@ -100,14 +100,21 @@ def plain_per_image(source, batch, cores, resolution, seed=0):
     return batches(), (batch, 3, resolution, resolution)
 
 
+def pin(cores):
+    """This process, and TensorFlow's thread pools, on its first `cores` cores."""
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cores])
+    import tensorflow as tf
+
+    tf.config.threading.set_inter_op_parallelism_threads(cores)
+    tf.config.threading.set_intra_op_parallelism_threads(cores)
+
+
 def measure(cfg):
     """Child process: images/s of one pipeline (`cfg["recipe"]`, or the references "decode"
     and "plain") on `cfg["cores"]` cores."""
-    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: cfg["cores"]])
+    pin(cfg["cores"])
     import tensorflow as tf
 
-    tf.config.threading.set_inter_op_parallelism_threads(cfg["cores"])
-    tf.config.threading.set_intra_op_parallelism_threads(cfg["cores"])
     from keras_vit.training import pipeline, recipes
     from keras_vit.training.engine import make_augmentation
 
