@@ -50,7 +50,12 @@ def main(argv=None):
         if use == "always" or (use == "backend" and os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow"):
             _import_tensorflow_quietly()
     try:
-        return args.func(args) or 0
+        code = args.func(args) or 0
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:  # the reader of the output stopped (`| head`): no error to tell
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush into it
+        return 1
     except (ValueError, OSError, ImportError) as error:  # bad input, files, missing packages
         print(f"keras-vit {args.command}: error: {_explain(error)}", file=sys.stderr)
         return 2

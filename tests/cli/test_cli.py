@@ -69,6 +69,15 @@ def test_help_and_list_models_need_neither_keras_nor_tensorflow():
     assert imported == {"keras": False, "tensorflow": False}
 
 
+def test_a_reader_that_stops_reading_ends_the_command_quietly():
+    """`keras-vit list-weights | head -1`: the pipe closes before the listing is written."""
+    code = "import sys; sys.argv[0] = 'keras-vit'; from keras_vit.cli import main; sys.exit(main(['list-weights']))"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the child has imported anything: its first write finds no reader
+    stderr = proc.communicate(timeout=600)[1].decode()
+    assert stderr == "" and proc.returncode == 1
+
+
 def test_list_models_is_data():
     assert keras_vit.list_models() == [*keras_vit.VARIANTS, "R50ViTB16", *keras_vit.FAMILIES]
     assert all(callable(getattr(keras_vit, name)) for name in keras_vit.list_models())
