@@ -22,7 +22,7 @@ _EXPORTS = {
     "features": "keras_vit.inspect.features",
     "feature_extractor": "keras_vit.inspect.features",
     "from_checkpoint": "keras_vit.applications.from_checkpoint",
-    **dict.fromkeys(FAMILIES, "keras_vit.applications.families"),
+    **dict.fromkeys(FAMILIES, "keras_vit.applications"),
     **{
         name: "keras_vit.applications"
         for name in [

@@ -1,14 +1,11 @@
-"""The Vision Transformer's architecture as data, and the functional model built from it.
+"""The functional Vision Transformer built from its configuration.
 
-`VARIANTS` (from `keras_vit.variants`) are the named architectures; `ViTConfig` is the typed, frozen configuration shared by the builders
-(`keras_vit.applications`) and the weights loader (`keras_vit.weights`), which both build
-through `build_model`. Nothing here imports `applications` or `weights`.
+`VARIANTS` (from `keras_vit.variants`) are the named architectures; `ViTConfig` (from
+`keras_vit.model_config`, where every builder argument is declared) is the typed, frozen
+configuration shared by the builders (`keras_vit.applications`) and the weights loader
+(`keras_vit.weights`), which both build through `build_model`. Nothing here imports
+`applications` or `weights`.
 """
-
-import dataclasses
-import math
-import numbers
-from typing import Any, Optional
 
 import keras
 
@@ -19,110 +16,13 @@ from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedd
 from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.sincos_position_embedding import SinCosPositionEmbedding
-from keras_vit.preprocessing import DEFAULT as DEFAULT_PREPROCESSING, check_name
+from keras_vit.model_config import ENCODER, ViTConfig  # noqa: F401  (part of this module's interface)
+from keras_vit.preprocessing import DEFAULT as DEFAULT_PREPROCESSING
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS, variant  # noqa: F401  (part of this module's interface)
 
 DEFAULT_SIZE = 224
-POOLINGS = ("token", "avg", "map")
-POSITION_EMBEDDINGS = {"learned": PositionEmbedding, "sincos2d": SinCosPositionEmbedding}
-
-@dataclasses.dataclass(frozen=True)
-class ViTConfig:
-    """Everything `build_model` needs (the arguments of `VisionTransformer` except the
-    input and the weights). `approximate_gelu` / `layer_norm_epsilon` None mean "the
-    checkpoint's own" until the loader (or the builder, without weights) resolves them.
-
-    The options of the families beyond the paper (SPEC section 7): `class_token` (False: the
-    class-token-free models, pooled by "avg" or "map"), `distillation_token` (DeiT's, after the
-    class token) with `distillation_head` (a second head on it; the logits are the mean of
-    both heads), `num_registers` (DINOv2's register tokens, after those, with no position
-    embedding), `position_embedding` ("learned" or the fixed "sincos2d"),
-    `layer_scale_init` (LayerScale in every block, None: none), `mlp` ("gelu", "swiglu") and
-    `fc_norm` (the final LayerNorm on the pooled features instead of the tokens: timm's).
-    `preprocessing`: what the model's inputs are scaled by (a name of
-    `keras_vit.preprocessing.PREPROCESSING`; None: its weights', else the paper's)."""
-
-    patch_size: int = 16
-    hidden_dim: int = 768
-    depth: int = 12
-    num_heads: int = 12
-    mlp_dim: int = 3072
-    include_top: bool = True
-    pooling: Optional[str] = None
-    classes: int = 1000
-    classifier_activation: Any = "softmax"
-    dropout_rate: float = 0.0
-    attention_dropout_rate: float = 0.0
-    drop_path_rate: float = 0.0
-    representation_size: Optional[int] = None
-    approximate_gelu: Optional[bool] = None
-    layer_norm_epsilon: Optional[float] = None
-    stem: Any = None
-    seed: Optional[int] = None
-    remat: bool = False
-    name: str = "vision_transformer"
-    class_token: bool = True
-    distillation_token: bool = False
-    distillation_head: bool = False
-    num_registers: int = 0
-    position_embedding: str = "learned"
-    layer_scale_init: Optional[float] = None
-    mlp: str = "gelu"
-    fc_norm: bool = False
-    preprocessing: Optional[str] = None
-
-    @property
-    def stride(self):
-        """Input pixels per token along each side: the patch size times the stem's stride."""
-        return self.patch_size * (self.stem.stride if self.stem is not None else 1)
-
-    def __post_init__(self):
-        problem = None
-        epsilon = self.layer_norm_epsilon  # a builder argument, or a checkpoint's once resolved
-        if epsilon is not None and (isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real)
-                                    or not 0 < epsilon < math.inf):
-            problem = f"layer_norm_epsilon={epsilon!r} must be a positive finite number (e.g. 1e-6)."
-        elif self.pooling is not None and self.pooling not in POOLINGS:
-            problem = f"Unknown pooling={self.pooling!r}; expected one of {POOLINGS} or None."
-        elif self.position_embedding not in POSITION_EMBEDDINGS:
-            problem = f"Unknown position_embedding={self.position_embedding!r}; expected one of {tuple(POSITION_EMBEDDINGS)}."
-        elif self.pooling == "token" and not self.class_token:
-            problem = "pooling='token' reads the class token; with class_token=False use 'avg' or 'map'."
-        elif self.distillation_token and not self.class_token:
-            problem = "distillation_token=True needs the class token before it (class_token=True)."
-        elif self.distillation_head and not self.distillation_token:
-            problem = "distillation_head=True needs distillation_token=True."
-        elif self.fc_norm and self.head_pooling == "map":
-            problem = "fc_norm=True normalises the pooled features; the MAP head has its own LayerNorm: use 'avg' or 'token'."
-        elif self.distillation_head and self.head_pooling != "token":
-            problem = "distillation_head=True averages the class token's head with the distillation token's; use pooling='token'."
-        elif isinstance(self.num_registers, bool) or not isinstance(self.num_registers, int) or self.num_registers < 0:
-            problem = f"num_registers={self.num_registers!r} must be a non-negative integer."
-        if problem:
-            raise ValueError(problem)
-        if self.preprocessing is not None:
-            check_name(self.preprocessing)
-
-    @property
-    def position_prefix(self):
-        """Tokens before the patches that get a position embedding: class, distillation."""
-        return int(self.class_token) + int(self.distillation_token)
-
-    @property
-    def num_prefix_tokens(self):
-        """Tokens before the patches: class, distillation and register tokens."""
-        return self.position_prefix + self.num_registers
-
-    @property
-    def head_pooling(self):
-        """What the head (or `pooling=None` with a head) reads: the class token if any, else the mean."""
-        return self.pooling or ("token" if self.class_token else "avg")
-
-    @property
-    def architecture(self):
-        """The five numbers of `VARIANTS` entries."""
-        return {key: getattr(self, key) for key in ARCHITECTURE_KEYS}
-
+# The layer of each `position_embedding` choice (`model_config.POSITION_EMBEDDINGS`).
+POSITION_EMBEDDING_LAYERS = {"learned": PositionEmbedding, "sincos2d": SinCosPositionEmbedding}
 
 def image_shape(input_shape, input_tensor, stride, need_rgb):
     """The validated `(height, width, channels)` of the input (default 224 x 224 x 3)."""
@@ -184,25 +84,13 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         tokens = ClassToken(name="class_token")(tokens)
     if config.distillation_token:
         tokens = LearnedTokens(1, offset=1, name="dist_token")(tokens)
-    position = POSITION_EMBEDDINGS[config.position_embedding]
+    position = POSITION_EMBEDDING_LAYERS[config.position_embedding]
     tokens = position(grid, num_prefix_tokens=config.position_prefix, name="posembed_input")(tokens, patches)
     if config.num_registers:
         tokens = LearnedTokens(config.num_registers, offset=config.position_prefix, name="registers")(tokens)
     tokens = keras.layers.Dropout(config.dropout_rate, seed=config.seed, name="dropout", dtype="float32")(tokens)
     tokens = Encoder(
-        config.depth,
-        config.num_heads,
-        config.mlp_dim,
-        dropout_rate=config.dropout_rate,
-        attention_dropout_rate=config.attention_dropout_rate,
-        drop_path_rate=config.drop_path_rate,
-        approximate_gelu=config.approximate_gelu,
-        layer_norm_epsilon=config.layer_norm_epsilon,
-        seed=config.seed,
-        remat=config.remat,
-        mlp=config.mlp,
-        layer_scale_init=config.layer_scale_init,
-        final_norm=not config.fc_norm,
+        config.depth, config.num_heads, config.mlp_dim, **config.relayed(ENCODER), final_norm=not config.fc_norm,
         name="encoder",
     )(tokens)
     outputs = tokens

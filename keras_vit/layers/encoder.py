@@ -1,12 +1,17 @@
 """The stack of transformer blocks followed by the final LayerNorm."""
 
 import functools
+import inspect
 
 import keras
 
 from keras_vit.layers.residual import Float32Stream
 from keras_vit.layers.sublayer import run
-from keras_vit.layers.transformer_block import LAYER_NORM_EPSILON, TransformerBlock
+from keras_vit.layers.transformer_block import TransformerBlock
+
+# The options an `Encoder` passes on to every block: the keyword arguments `TransformerBlock` declares.
+BLOCK_OPTIONS = tuple(name for name in inspect.signature(TransformerBlock).parameters
+                      if name not in ("num_heads", "mlp_dim", "drop_path_rate", "seed", "kwargs"))
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -20,60 +25,38 @@ class Encoder(Float32Stream, keras.layers.Layer):
     activations in the backward pass instead of keeping them (less memory for about a
     third more compute) when training, through `keras.remat`
     (`jax.checkpoint`, `torch.utils.checkpoint`; `tf.recompute_grad` only for blocks without
-    dropout / stochastic depth). `mlp` and `layer_scale_init` are passed to every
-    `TransformerBlock`.
+    dropout / stochastic depth). The other keyword arguments of `TransformerBlock`
+    (`BLOCK_OPTIONS`: dropout, GELU flavour, LayerNorm epsilon, MLP, LayerScale) are passed
+    to every block (`block_options`).
     """
 
-    def __init__(
-        self,
-        depth,
-        num_heads,
-        mlp_dim,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-        drop_path_rate=0.0,
-        approximate_gelu=True,
-        layer_norm_epsilon=LAYER_NORM_EPSILON,
-        seed=None,
-        remat=False,
-        mlp="gelu",
-        layer_scale_init=None,
-        final_norm=True,
-        **kwargs,
-    ):
+    def __init__(self, depth, num_heads, mlp_dim, drop_path_rate=0.0, seed=None, remat=False, final_norm=True,
+                 **kwargs):
+        block_options = {key: kwargs.pop(key) for key in BLOCK_OPTIONS if key in kwargs}
         super().__init__(**kwargs)
         self.depth = int(depth)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
-        self.dropout_rate = float(dropout_rate)
-        self.attention_dropout_rate = float(attention_dropout_rate)
         self.drop_path_rate = float(drop_path_rate)
-        self.approximate_gelu = bool(approximate_gelu)
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.seed = seed
         self.remat = bool(remat)
-        self.mlp = mlp
-        self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
         self.blocks = [
             TransformerBlock(
                 num_heads,
                 mlp_dim,
-                dropout_rate,
-                attention_dropout_rate,
-                drop_path_rate * i / max(self.depth - 1, 1),
-                approximate_gelu,
-                layer_norm_epsilon,
+                drop_path_rate=drop_path_rate * i / max(self.depth - 1, 1),
                 seed=None if seed is None else seed + i,
-                mlp=mlp,
-                layer_scale_init=self.layer_scale_init,
                 name=f"encoderblock_{i}",
                 dtype=self.dtype_policy,
+                **block_options,
             )
             for i in range(self.depth)
         ]
+        block_config = self.blocks[0].get_config()
+        self.block_options = {key: block_config[key] for key in block_options}
         self.final_norm = bool(final_norm)
         self.encoder_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=self.dtype_policy
+            epsilon=self.blocks[0].layer_norm_epsilon, name="encoder_norm", dtype=self.dtype_policy
         ) if self.final_norm else None
 
     def _rematerialise(self, block):
@@ -116,14 +99,9 @@ class Encoder(Float32Stream, keras.layers.Layer):
             "depth": self.depth,
             "num_heads": self.num_heads,
             "mlp_dim": self.mlp_dim,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout_rate": self.attention_dropout_rate,
             "drop_path_rate": self.drop_path_rate,
-            "approximate_gelu": self.approximate_gelu,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
             "seed": self.seed,
             "remat": self.remat,
-            "mlp": self.mlp,
-            "layer_scale_init": self.layer_scale_init,
             "final_norm": self.final_norm,
+            **self.block_options,
         }

@@ -10,9 +10,8 @@ from keras_vit.layers.mlp import MLPBlock
 from keras_vit.layers.residual import Float32Stream
 from keras_vit.layers.sublayer import run
 from keras_vit.layers.swiglu import SwiGLUBlock
+from keras_vit.model_config import MLPS
 from keras_vit.variants import LAYER_NORM_EPSILON
-
-MLPS = ("gelu", "swiglu")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

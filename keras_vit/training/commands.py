@@ -3,7 +3,7 @@
 import os
 import sys
 
-from keras_vit.training import fields
+from keras_vit import fields
 from keras_vit.training.recipes import RECIPES, TrainConfig, check_recipe_command, recipe
 
 

@@ -8,8 +8,8 @@ import dataclasses
 import os
 from typing import Optional, Union
 
-from keras_vit.training import fields
-from keras_vit.training.fields import option
+from keras_vit import fields
+from keras_vit.fields import option
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -105,7 +105,8 @@ class TrainConfig:
     depth: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
     num_heads: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
     mlp_dim: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
-    pooling: str = option("token", "token (class token) or avg", group=MODEL, metavar="token|avg")
+    pooling: str = option("token", "token (class token) or avg (mean of the patch tokens)", group=MODEL,
+                          choices=("token", "avg"))
     class_token: bool = option(
         True, "prepend the class token (false: the paper's class-token-free model, App. D.3; pool with avg)",
         group=MODEL)

@@ -39,8 +39,8 @@ def model_checkpoint(model):
     names = [layer.name for layer in model.layers]
     pooling = "map" if "map_head" in names else model.get_layer("pooling").mode if "pooling" in names else None
     return Checkpoint(
-        model.name, "keras", tensors, encoder.approximate_gelu, encoder.num_heads, tuple(grid),
-        encoder.layer_norm_epsilon, pooling, getattr(model, "preprocessing", None),
+        model.name, "keras", tensors, encoder.blocks[0].approximate_gelu, encoder.num_heads, tuple(grid),
+        encoder.blocks[0].layer_norm_epsilon, pooling, getattr(model, "preprocessing", None),
     )
 
 

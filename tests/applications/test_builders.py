@@ -101,7 +101,7 @@ def test_input_tensor_is_used():
         (dict(input_shape=(32, 32)), ["input_shape", "(height, width, channels)"]),
         (dict(pooling="max"), ["pooling", "'max'", "token", "avg"]),
         (dict(classifier_activation="softmaxx"), ["classifier_activation", "softmaxx", "softmax"]),
-        (dict(classes=0), ["classes", "positive integer"]),
+        (dict(classes=0), ["classes", "[1, inf)"]),
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs, words):
@@ -138,3 +138,36 @@ def test_decode_predictions_uses_shipped_imagenet_labels():
     assert decoded[1][0][:2] == ("n07753592", "banana")
     with pytest.raises(ValueError, match="\\(samples, 1000\\)"):
         keras_vit.decode_predictions(np.zeros((2, 10)))
+
+
+def test_builder_arguments_are_declared_once():
+    """The signature, the docstring, the config and the relay into the layers all come from the
+    declarations of `keras_vit.model_config`."""
+    import dataclasses
+    import inspect
+
+    from keras_vit import model_config
+    from keras_vit.layers.encoder import BLOCK_OPTIONS, Encoder
+
+    declared = [field.name for field in dataclasses.fields(model_config.ViTConfig)]
+    inputs = [name for name, _ in model_config.INPUTS]
+    signature = inspect.signature(keras_vit.VisionTransformer).parameters
+    assert sorted(signature) == sorted(declared + inputs)
+    assert all(f"    {name}: " in keras_vit.VisionTransformer.__doc__ for name in signature)
+    relayed = model_config.ViTConfig().relayed(model_config.ENCODER)
+    encoder_args = set(inspect.signature(Encoder).parameters) | set(BLOCK_OPTIONS)
+    assert relayed and set(relayed) <= encoder_args
+
+
+def test_named_builders_are_exported_and_documented():
+    import inspect
+
+    import keras_vit.applications as applications
+
+    for name in keras_vit.list_models():
+        builder = getattr(applications, name)
+        assert builder is getattr(keras_vit, name) and builder.__name__ == name and builder.__doc__
+        parameters = list(inspect.signature(builder).parameters)
+        assert parameters[:7] == ["include_top", "weights", "input_tensor", "input_shape", "pooling", "classes",
+                                  "classifier_activation"]
+    assert inspect.signature(applications.SigLIPB16).parameters["pooling"].default == "map"

@@ -405,13 +405,13 @@ def test_export_and_convert_use_the_stem_mapping(checkpoint, tmp_path):
 def test_r50_builder_takes_the_stem_convention_of_the_checkpoint(checkpoint, tmp_path, monkeypatch):
     from safetensors.numpy import save_file
 
-    import keras_vit.applications.hybrid as hybrid
+    import keras_vit.applications.vision_transformer as vision_transformer
 
     params, npz, _ = checkpoint
     timm_file = tmp_path / "timm.safetensors"
     save_file(timm_state_dict(params), str(timm_file))
     built = {}
-    monkeypatch.setattr(hybrid, "VisionTransformer", lambda **kwargs: built.update(kwargs))
+    monkeypatch.setattr(vision_transformer, "VisionTransformer", lambda **kwargs: built.update(kwargs))
     expected = {None: ORIGINAL_NUMERICS, str(npz): ORIGINAL_NUMERICS, str(timm_file): TIMM_NUMERICS,
                 "imagenet": ORIGINAL_NUMERICS, "vit_base_r50_s16_384.orig_in21k_ft_in1k": TIMM_NUMERICS}
     for weights, numerics in expected.items():

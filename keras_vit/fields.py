@@ -1,7 +1,9 @@
-"""Configuration fields declared once: `option()` gives a dataclass field its default, its
-accepted values, its help line, its command-line metavar and its group, and everything else is
-derived from that one declaration: `validate` (run when a config is made), `parse` (a
-command-line value), `add_flags` (the `--flags` and `--help`) and `table` (the documentation).
+"""Configuration fields declared once (the training config's and the builder arguments'):
+`option()` gives a dataclass field its default, its accepted values, its help line, its
+command-line metavar, its group and the layer it is relayed to, and everything else is derived
+from that one declaration: `validate` (run when a config is made), `relayed` (the values a
+layer takes), `parse` (a command-line value), `add_flags` (the `--flags` and `--help`) and
+`table` (the documentation).
 
 Plain Python, no Keras: the command line builds its flags from here before importing anything heavy.
 """
@@ -15,7 +17,7 @@ import typing
 from typing import Union
 
 
-def option(default, help, *, group, choices=None, interval=None, metavar=None, check=None):
+def option(default, help, *, group, choices=None, interval=None, metavar=None, check=None, to=None):
     """A dataclass field with what describes it.
 
     Args:
@@ -28,8 +30,9 @@ def option(default, help, *, group, choices=None, interval=None, metavar=None, c
         metavar: what a free-form value looks like on the command line ("MIN,MAX").
         check: a function of the value that raises ValueError if it is bad (its type included)
             and returns the value as stored (e.g. a list made a tuple of floats).
+        to: the layer the value is relayed to, for `relayed` (e.g. "encoder").
     """
-    meta = dict(help=help, group=group, choices=choices, interval=interval, metavar=metavar, check=check)
+    meta = dict(help=help, group=group, choices=choices, interval=interval, metavar=metavar, check=check, to=to)
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -63,6 +66,8 @@ def _kinds(cls, name):
 
 
 def _is_kind(value, kind):
+    if kind is typing.Any:
+        return True
     if kind is type(None):
         return value is None
     if kind is bool:
@@ -83,8 +88,8 @@ def _type_name(kinds):
 
 def validate(config):
     """Checks every field of the dataclass instance `config` against its declaration (its
-    check, else its type; choices; interval) and stores the normalised values; raises
-    ValueError (one line)."""
+    check, else its type; choices; interval) and stores the normalised values (frozen
+    dataclasses too); raises ValueError (one line)."""
     for field in dataclasses.fields(config):
         value, meta = getattr(config, field.name), field.metadata
         kinds = _kinds(type(config), field.name)
@@ -97,10 +102,16 @@ def validate(config):
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
         if meta.get("choices") is not None and value not in meta["choices"]:
-            raise ValueError(f"{field.name}={value!r}; expected one of {', '.join(map(str, meta['choices']))}.")
+            raise ValueError(f"Unknown {field.name}={value!r}; expected one of {', '.join(map(str, meta['choices']))}.")
         if meta.get("interval"):
             check_range(field.name, value, meta["interval"])
-        setattr(config, field.name, value)
+        object.__setattr__(config, field.name, value)
+
+
+def relayed(config, to):
+    """`{name: value}` of the fields of `config` declared with `to=to`."""
+    return {field.name: getattr(config, field.name) for field in dataclasses.fields(config)
+            if field.metadata.get("to") == to}
 
 
 def _parse_bool(text):

@@ -1,0 +1,196 @@
+"""The Vision Transformer's builder arguments, each declared once.
+
+Every field of `ViTConfig` is declared with `keras_vit.fields.option`: its default, meaning,
+accepted values and, for those a layer takes, the layer it is relayed to (`to="encoder"`).
+`INPUTS` declares the three arguments that are not configuration (weights and input). From
+these declarations come the signature and docstring of `VisionTransformer` (`SIGNATURE`,
+`arguments_doc`), the validation (`ViTConfig(...)` checks every field, then the combinations)
+and the relay into the layers (`config.relayed("encoder")`). A new option is one declaration
+here and a parameter of the layer that uses it.
+
+Plain Python, no Keras: the command line reads the accepted values before importing it.
+"""
+
+import dataclasses
+import inspect
+import math
+import numbers
+from typing import Any, Optional
+
+from keras_vit import fields
+from keras_vit.fields import option
+from keras_vit.preprocessing import check_name
+from keras_vit.variants import ARCHITECTURE_KEYS
+
+POOLINGS = ("token", "avg", "map")
+POSITION_EMBEDDINGS = ("learned", "sincos2d")
+MLPS = ("gelu", "swiglu")
+ENCODER = "encoder"  # `to=` of the options relayed to `keras_vit.layers.Encoder` (and by it to every block)
+
+ARCHITECTURE, HEAD, REGULARISATION, NUMERICS, TOKENS, MODEL = (
+    "architecture", "head", "regularisation", "numerics", "tokens and position", "model")
+
+
+def _epsilon(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise ValueError(f"layer_norm_epsilon={value!r} must be a positive finite number (e.g. 1e-6).")
+    return value
+
+
+def _preprocessing(value):
+    check_name(value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTConfig:
+    """Everything `build_model` needs: the arguments of `VisionTransformer` except the input
+    and the weights. `approximate_gelu` / `layer_norm_epsilon` None mean "the checkpoint's own"
+    until the loader (or the builder, without weights) resolves them."""
+
+    patch_size: int = option(16, "side of the square patches in pixels (paper Table 1)", group=ARCHITECTURE,
+                             interval="[1, inf)")
+    hidden_dim: int = option(768, "width D of every token", group=ARCHITECTURE, interval="[1, inf)")
+    depth: int = option(12, "number of encoder blocks", group=ARCHITECTURE, interval="[1, inf)")
+    num_heads: int = option(12, "attention heads of every block", group=ARCHITECTURE, interval="[1, inf)")
+    mlp_dim: int = option(3072, "hidden width of every block's MLP", group=ARCHITECTURE, interval="[1, inf)")
+    include_top: bool = option(
+        True, "add the classification head (`pre_logits` if `representation_size`, then a linear `head`)",
+        group=HEAD)
+    pooling: Optional[str] = option(
+        None, "'token' (class token), 'avg' (mean of the patch tokens), 'map' (multi-head attention pooling) "
+        "or None: with include_top=False None returns the whole (batch, prefix + patches, hidden_dim) sequence; "
+        "with include_top=True it picks the head's input (default: the class token if any, else the mean)",
+        group=HEAD, choices=POOLINGS)
+    classes: int = option(1000, "number of classes of the head", group=HEAD, interval="[1, inf)")
+    classifier_activation: Any = option(
+        "softmax", "activation of the head's output (a Keras activation name or a callable); None returns logits",
+        group=HEAD)
+    representation_size: Optional[int] = option(
+        None, "width of the tanh `pre_logits` layer of pre-training, or None", group=HEAD, interval="[1, inf)")
+    dropout_rate: float = option(0.0, "dropout after the embeddings, attention and MLP", group=REGULARISATION,
+                                 interval="[0, 1)", to=ENCODER)
+    attention_dropout_rate: float = option(0.0, "dropout of the attention weights", group=REGULARISATION,
+                                           interval="[0, 1)", to=ENCODER)
+    drop_path_rate: float = option(
+        0.0, "stochastic depth of the last block (rising linearly from 0 in the first)", group=REGULARISATION,
+        interval="[0, 1)", to=ENCODER)
+    seed: Optional[int] = option(None, "seed of the dropout layers", group=REGULARISATION, to=ENCODER)
+    remat: bool = option(
+        False, "recompute each encoder block's activations in the backward pass instead of storing them "
+        "(larger batches for about 1/3 more compute; same numbers)", group=REGULARISATION, to=ENCODER)
+    approximate_gelu: Optional[bool] = option(
+        None, "tanh-approximate GELU (the original JAX code) if True, exact erf GELU (timm, transformers) if "
+        "False; None: the checkpoint's own, else True", group=NUMERICS, to=ENCODER)
+    layer_norm_epsilon: Optional[float] = option(
+        None, "epsilon of every LayerNorm; None: the checkpoint's own (a Hugging Face config's `layer_norm_eps`), "
+        "else 1e-6", group=NUMERICS, check=_epsilon, to=ENCODER)
+    class_token: bool = option(
+        True, "prepend the learned class token (False: the class-token-free models of the paper's App. D.3, "
+        "big_vision and SigLIP)", group=TOKENS)
+    distillation_token: bool = option(False, "DeiT's distillation token after the class token", group=TOKENS)
+    distillation_head: Optional[bool] = option(
+        None, "a second head on the distillation token, the logits being the mean of both heads (DeiT "
+        "distilled); None: the same as `distillation_token`", group=TOKENS)
+    num_registers: int = option(0, "register tokens (DINOv2) after those, without position embedding",
+                                group=TOKENS, interval="[0, inf)")
+    position_embedding: str = option("learned", "'learned' or the fixed 2-D 'sincos2d' (big_vision)",
+                                     group=TOKENS, choices=POSITION_EMBEDDINGS)
+    layer_scale_init: Optional[float] = option(
+        None, "initial LayerScale of every residual branch (DeiT III, DINOv2); None: no LayerScale",
+        group=MODEL, to=ENCODER)
+    mlp: str = option("gelu", "'gelu' (the paper's MLP) or 'swiglu' (DINOv2 g/14)", group=MODEL, choices=MLPS,
+                      to=ENCODER)
+    fc_norm: bool = option(
+        False, "the final LayerNorm on the pooled features instead of on the tokens (timm's `fc_norm`, e.g. its "
+        "global_pool='avg' models); needs pooling", group=MODEL)
+    stem: Any = option(
+        None, "a layer mapping images to the feature map that is patch-embedded instead of the pixels "
+        "(the hybrid architecture)", group=MODEL)
+    preprocessing: Optional[str] = option(
+        None, "how the inputs are scaled (`model.preprocessing`, read by `preprocess_input(x, model)`, `predict` "
+        "and the exports): a name of `keras_vit.preprocessing.PREPROCESSING`; None: the named weights' or the "
+        "checkpoint's, else 'vit' ([-1, 1])", group=MODEL, check=_preprocessing)
+    name: str = option("vision_transformer", "model name", group=MODEL)
+
+    def __post_init__(self):
+        fields.validate(self)
+        if self.distillation_head is None:
+            object.__setattr__(self, "distillation_head", self.distillation_token)
+        problem = None
+        if self.pooling == "token" and not self.class_token:
+            problem = "pooling='token' reads the class token; with class_token=False use 'avg' or 'map'."
+        elif self.distillation_token and not self.class_token:
+            problem = "distillation_token=True needs the class token before it (class_token=True)."
+        elif self.distillation_head and not self.distillation_token:
+            problem = "distillation_head=True needs distillation_token=True."
+        elif self.fc_norm and self.head_pooling == "map":
+            problem = "fc_norm=True normalises the pooled features; the MAP head has its own LayerNorm: use 'avg' or 'token'."
+        elif self.distillation_head and self.head_pooling != "token":
+            problem = "distillation_head=True averages the class token's head with the distillation token's; use pooling='token'."
+        if problem:
+            raise ValueError(problem)
+
+    def relayed(self, to):
+        """The options declared `to=to`, by name (e.g. the `Encoder`'s)."""
+        return fields.relayed(self, to)
+
+    @property
+    def stride(self):
+        """Input pixels per token along each side: the patch size times the stem's stride."""
+        return self.patch_size * (self.stem.stride if self.stem is not None else 1)
+
+    @property
+    def position_prefix(self):
+        """Tokens before the patches that get a position embedding: class, distillation."""
+        return int(self.class_token) + int(self.distillation_token)
+
+    @property
+    def num_prefix_tokens(self):
+        """Tokens before the patches: class, distillation and register tokens."""
+        return self.position_prefix + self.num_registers
+
+    @property
+    def head_pooling(self):
+        """What the head (or `pooling=None` with a head) reads: the class token if any, else the mean."""
+        return self.pooling or ("token" if self.class_token else "avg")
+
+    @property
+    def architecture(self):
+        """The five numbers of `VARIANTS` entries."""
+        return {key: getattr(self, key) for key in ARCHITECTURE_KEYS}
+
+
+# The builder arguments that are not configuration: `(name, meaning)`, all defaulting to None.
+INPUTS = (
+    ("weights", "None (random), a named pretrained checkpoint (`keras_vit.list_weights()`), a Hugging Face "
+                "repo id of one, or a path to a checkpoint file or folder"),
+    ("input_tensor", "optional tensor to use as the image input"),
+    ("input_shape", "(height, width, channels), default (224, 224, 3); height and width must be multiples of "
+                    "the patch size, or None for any size (the position embeddings are then resized at run time)"),
+)
+
+
+def _signature():
+    """`VisionTransformer(patch_size, ..., mlp_dim, *, include_top, weights, ..., name)`."""
+    declared = dataclasses.fields(ViTConfig)
+    positional = [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default)
+                  for f in declared if f.name in ARCHITECTURE_KEYS]
+    keyword = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
+               for f in declared if f.name not in ARCHITECTURE_KEYS]
+    inputs = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name, _ in INPUTS]
+    return inspect.Signature(positional + keyword[:1] + inputs + keyword[1:])
+
+
+SIGNATURE = _signature()
+
+
+def arguments_doc(skip=()):
+    """The `Args:` section of a builder's docstring, from the declarations (less `skip`)."""
+    meanings = {f.name: f.metadata["help"] for f in dataclasses.fields(ViTConfig)}
+    meanings.update(INPUTS)
+    lines = ["Args:"]
+    for name in SIGNATURE.parameters:
+        if name not in skip:
+            lines.append(f"    {name}: {meanings[name]}.")
+    return "\n".join(lines)
