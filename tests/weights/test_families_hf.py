@@ -97,7 +97,7 @@ def test_dinov2_swiglu(tmp_path_factory, x):
     config = transformers.Dinov2Config(use_swiglu_ffn=True, **SMALL)
     folder, reference = _save(tmp_path_factory, "dinov2_swiglu", transformers.Dinov2Model, config, 6)
     model = keras_vit.from_checkpoint(folder)
-    assert model.get_layer("encoder").mlp == "swiglu"
+    assert model.get_layer("encoder").blocks[0].mlp_kind == "swiglu"
     _close(model(x), _run(reference, x).last_hidden_state.numpy())
 
 
@@ -116,7 +116,7 @@ def test_siglip_map_head_and_tokens(siglip, x):
     folder, reference = siglip
     out = _run(reference, x)
     model = keras_vit.from_checkpoint(folder)
-    assert model.get_layer("encoder").approximate_gelu and model.preprocessing == "siglip"  # gelu_pytorch_tanh
+    assert model.get_layer("encoder").blocks[0].approximate_gelu and model.preprocessing == "siglip"  # gelu_pytorch_tanh
     _close(model(x), out.pooler_output.numpy())
     tokens = keras_vit.from_checkpoint(folder, pooling=None)
     _close(tokens(x), out.last_hidden_state.numpy())

@@ -58,7 +58,7 @@ def test_hf_b16_loads_and_exports_back(hf_b16, tmp_path, rng):
     x = images(rng, batch=1, size=224)
     reference = hf_logits(hf_b16, x)
     model = keras_vit.ViTB16(weights=str(hf_b16), classes=10, classifier_activation=None)
-    assert model.get_layer("encoder").approximate_gelu is False  # transformers' exact GELU
+    assert model.get_layer("encoder").blocks[0].approximate_gelu is False  # transformers' exact GELU
     out = logits(model, x)
     assert np.abs(reference).max() > 0.5  # the comparison is not between near-zero numbers
     np.testing.assert_allclose(out, reference, atol=1e-4, rtol=0)
@@ -119,7 +119,7 @@ def test_handwritten_original_npz_matches_transformers(npz_params, tmp_path, rng
     model = keras_vit.VisionTransformer(
         **TINY, classes=7, representation_size=24, classifier_activation=None, weights=str(path)
     )
-    assert model.get_layer("encoder").approximate_gelu is True  # the original's tanh GELU
+    assert model.get_layer("encoder").blocks[0].approximate_gelu is True  # the original's tanh GELU
     reference = hf_reference_logits(npz_params, x, TINY["num_heads"], TINY_IMAGE, approximate_gelu=True)
     np.testing.assert_allclose(logits(model, x), reference, atol=1e-5, rtol=0)
     exact = keras_vit.VisionTransformer(
@@ -222,7 +222,7 @@ def test_timm_export_layout_and_forward(npz_params, tmp_path, rng):
     reference = timm_reference_logits(state, x, TINY["num_heads"])
     np.testing.assert_allclose(logits(model, x), reference, atol=1e-5, rtol=0)
     again = keras_vit.VisionTransformer(**TINY, classes=7, classifier_activation=None, weights=str(tmp_path / "timm.safetensors"))
-    assert again.get_layer("encoder").approximate_gelu is False  # timm runs exact GELU
+    assert again.get_layer("encoder").blocks[0].approximate_gelu is False  # timm runs exact GELU
     np.testing.assert_allclose(logits(again, x), reference, atol=1e-5, rtol=0)
 
 
@@ -273,7 +273,7 @@ def test_format_comes_from_content_not_name(npz_params, tmp_path, rng):
     np.savez(tmp_path / "in.npz", **npz_params)
     (tmp_path / "in.npz").rename(tmp_path / "weights.bin")
     model = keras_vit.VisionTransformer(**TINY, classes=7, representation_size=24, weights=str(tmp_path / "weights.bin"))
-    assert model.get_layer("encoder").approximate_gelu is True  # read as the original npz
+    assert model.get_layer("encoder").blocks[0].approximate_gelu is True  # read as the original npz
     (tmp_path / "junk.npz").write_bytes(b"not a checkpoint at all")
     with pytest.raises(ValueError, match="unrecognised checkpoint format"):
         keras_vit.VisionTransformer(**TINY, weights=str(tmp_path / "junk.npz"))

@@ -158,7 +158,7 @@ def test_layer_norm_eps_of_the_config_is_honoured(tmp_path, rng):
     x = images(rng)
     reference = hf_logits(folder, x)
     model = keras_vit.VisionTransformer(**TINY, classes=5, classifier_activation=None, weights=str(folder))
-    assert model.get_layer("encoder").layer_norm_epsilon == 0.5
+    assert model.get_layer("encoder").blocks[0].layer_norm_epsilon == 0.5
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)), reference, atol=2e-6, rtol=0)
     keras_vit.weights.export(model, tmp_path / "back", format="hf")
     assert json.loads((tmp_path / "back" / "config.json").read_text())["layer_norm_eps"] == 0.5
@@ -169,4 +169,4 @@ def test_layer_norm_eps_of_the_config_is_honoured(tmp_path, rng):
     explicit = keras_vit.VisionTransformer(
         **TINY, classes=5, classifier_activation=None, layer_norm_epsilon=1e-6, weights=str(folder)
     )
-    assert explicit.get_layer("encoder").layer_norm_epsilon == 1e-6
+    assert explicit.get_layer("encoder").blocks[0].layer_norm_epsilon == 1e-6

@@ -67,7 +67,7 @@ def test_backbone_loads_with_the_same_features(kind, tmp_path, x):
     path = save(hub, tmp_path / "backbone", kind)
     assert read_checkpoint(path, num_heads=2).format == "kerashub"
     model = keras_vit.VisionTransformer(**VIT, include_top=False, weights=str(path))
-    assert model.get_layer("encoder").approximate_gelu is False  # keras-hub's exact GELU
+    assert model.get_layer("encoder").blocks[0].approximate_gelu is False  # keras-hub's exact GELU
     reference = numpy(hub(x))
     assert reference.shape == (2, 17, 32)
     np.testing.assert_allclose(numpy(model(x)), reference, atol=1e-5, rtol=0)
@@ -96,7 +96,7 @@ def test_preset_records_the_architecture(tmp_path, x):
         weights=str(tmp_path / "preset"),
     )
     assert model.input_shape == (None, 20, 12, 3)
-    assert model.get_layer("encoder").layer_norm_epsilon == 1e-5
+    assert model.get_layer("encoder").blocks[0].layer_norm_epsilon == 1e-5
     wide = np.concatenate([x, x[:, :4]], axis=1)[:, :, :12]
     np.testing.assert_allclose(numpy(model(wide)), numpy(hub(wide)), atol=1e-5, rtol=0)
 

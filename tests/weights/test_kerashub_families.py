@@ -48,7 +48,7 @@ def test_dinov2_preset(config, tmp_path, x):
     assert (ckpt.format, ckpt.num_registers, ckpt.mlp) == (
         "kerashub_dinov2", config.get("num_register_tokens", 0), "swiglu" if config else "gelu")
     model = keras_vit.from_checkpoint(folder)
-    assert model.preprocessing == "dinov2" and model.get_layer("encoder").approximate_gelu is False
+    assert model.preprocessing == "dinov2" and model.get_layer("encoder").blocks[0].approximate_gelu is False
     _close(model(x), hub(x))
 
 
@@ -114,7 +114,7 @@ def _siglip_vision(seed, **config):
 def test_siglip_vision_encoder_preset(activation, tmp_path, x):
     folder, hub = _preset(_siglip_vision(5, intermediate_activation=activation), tmp_path / "siglip")
     model = keras_vit.from_checkpoint(folder)
-    assert model.get_layer("encoder").approximate_gelu is (activation == "gelu_approximate")
+    assert model.get_layer("encoder").blocks[0].approximate_gelu is (activation == "gelu_approximate")
     assert model.preprocessing == "siglip"
     _close(model(x), hub(x))  # the MAP head's pooled features
 

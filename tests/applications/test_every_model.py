@@ -1,0 +1,126 @@
+"""One harness over every named builder (`keras_vit.list_models()`), each at a tiny width and
+depth with its own patch size, tokens, head and options: build and call at two input sizes,
+`get_config` round trip, `.keras` save / load here and on the other backends, `features`, and
+the export at two sizes (one model of each distinct architecture: the export path depends on the
+layers, not on the widths)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from tests.support import BACKEND
+from tests.support.models import randomize
+
+MODELS = keras_vit.list_models()
+TINY = dict(hidden_dim=16, depth=1, num_heads=2, mlp_dim=32)
+# One builder of each distinct architecture: plain, hybrid stem, distillation, registers +
+# LayerScale, SwiGLU, MAP head.
+EXPORTED = ("ViTTi16", "R50ViTB16", "DeiTTi16", "DINOv2S14", "DINOv2G14", "SigLIPB16")
+OTHER_BACKENDS = [b for b in ("tensorflow", "jax", "torch") if b != BACKEND]
+LOAD_AND_PREDICT = """
+import json, sys
+import keras, numpy as np
+import keras_vit  # registers the layers; no custom_objects needed
+folder, names = sys.argv[1], json.loads(sys.argv[2])
+for name in names:
+    model = keras.saving.load_model(f"{folder}/{name}.keras")
+    for i in range(2):
+        np.save(f"{folder}/{name}-{i}-loaded.npy", keras.ops.convert_to_numpy(model(np.load(f"{folder}/{name}-{i}.npy"))))
+"""
+
+
+def tiny(name):
+    """The builder `name` at a tiny size, any input size, random weights (no trivial ones)."""
+    builder = getattr(keras_vit, name)
+    model = builder(input_shape=(None, None, 3), classes=3, classifier_activation=None, seed=0, **TINY)
+    return randomize(model, seed=len(name))
+
+
+def step(model):
+    stem = next((layer for layer in model.layers if layer.name == "stem"), None)
+    return model.get_layer("embedding").patch_size * (stem.stride if stem is not None else 1)
+
+
+def images(model, rng):
+    """A square and a non-square batch at sizes the model's patches divide."""
+    s = step(model)
+    return [rng.uniform(-1, 1, (2, 2 * s, 2 * s, 3)).astype("float32"),
+            rng.uniform(-1, 1, (1, 3 * s, 2 * s, 3)).astype("float32")]
+
+
+def numpy(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+@pytest.fixture(scope="module")
+def built():
+    rng = np.random.default_rng(0)
+    out = {}
+    for name in MODELS:
+        model = tiny(name)
+        out[name] = model, images(model, rng)
+    return out
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_builds_and_runs_at_two_sizes(built, name):
+    model, batches = built[name]
+    for x in batches:
+        y = numpy(model(x))
+        assert y.shape[0] == len(x) and np.isfinite(y).all()
+        np.testing.assert_allclose(numpy(model(x[:1])), y[:1], rtol=1e-4, atol=1e-5)  # batch size free
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_config_round_trip_gives_the_same_model(built, name):
+    model, batches = built[name]
+    clone = type(model).from_config(model.get_config())
+    clone.set_weights(model.get_weights())
+    assert clone.get_config() == model.get_config()
+    for x in batches:
+        np.testing.assert_allclose(numpy(clone(x)), numpy(model(x)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_features_are_the_encoder_tokens(built, name):
+    model, batches = built[name]
+    x = batches[1]
+    grid = keras_vit.features(model, x, layers=-1, norm=True, grid=True)
+    s = step(model)
+    assert grid.shape == (1, x.shape[1] // s, x.shape[2] // s, TINY["hidden_dim"])
+
+
+def test_keras_files_load_here_and_on_the_other_backends(built, tmp_path):
+    for name, (model, batches) in built.items():
+        model.save(tmp_path / f"{name}.keras")
+        restored = keras.saving.load_model(tmp_path / f"{name}.keras")
+        for i, x in enumerate(batches):
+            np.save(tmp_path / f"{name}-{i}.npy", x)
+            np.testing.assert_array_equal(numpy(restored(x)), numpy(model(x)), err_msg=name)
+    for backend in OTHER_BACKENDS:
+        env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        command = [sys.executable, "-c", LOAD_AND_PREDICT, str(tmp_path), json.dumps(MODELS)]
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"loading under {backend} failed:\n{proc.stderr[-3000:]}"
+        for name, (model, batches) in built.items():
+            for i, x in enumerate(batches):
+                got = np.load(tmp_path / f"{name}-{i}-loaded.npy")
+                np.testing.assert_allclose(got, numpy(model(x)), rtol=1e-4, atol=1e-5,
+                                           err_msg=f"{name}: {BACKEND} -> {backend}")
+
+
+@pytest.mark.parametrize("name", EXPORTED)
+def test_export_at_two_sizes(built, name, tmp_path):
+    from keras_vit.inference import serving
+
+    model, _ = built[name]
+    fmt = "onnx" if BACKEND == "torch" else "saved_model"
+    assert len(serving.input_shapes(model)) == 2  # the export is checked at two sizes
+    error = serving.export(model, fmt, str(tmp_path / f"{name}.{fmt}"))
+    assert error <= 1e-4
