@@ -29,8 +29,8 @@ POSITION_EMBEDDINGS = {"learned": PositionEmbedding, "sincos2d": SinCosPositionE
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
     """Everything `build_model` needs (the arguments of `VisionTransformer` except the
-    input and the weights). `approximate_gelu` / `layer_norm_epsilon` None mean "the
-    checkpoint's own" until the loader (or the builder, without weights) resolves them.
+    input and the weights). `approximate_gelu` / `layer_norm_epsilon` / `num_registers` None
+    mean "the checkpoint's own" until the loader (or the builder, without weights) resolves them.
 
     The options of the families beyond the paper (SPEC section 7): `class_token` (False: the
     class-token-free models, pooled by "avg" or "map"), `distillation_token` (DeiT's, after the
@@ -64,7 +64,7 @@ class ViTConfig:
     class_token: bool = True
     distillation_token: bool = False
     distillation_head: bool = False
-    num_registers: int = 0
+    num_registers: Optional[int] = 0
     position_embedding: str = "learned"
     layer_scale_init: Optional[float] = None
     mlp: str = "gelu"
@@ -96,7 +96,9 @@ class ViTConfig:
             problem = "fc_norm=True normalises the pooled features; the MAP head has its own LayerNorm: use 'avg' or 'token'."
         elif self.distillation_head and self.head_pooling != "token":
             problem = "distillation_head=True averages the class token's head with the distillation token's; use pooling='token'."
-        elif isinstance(self.num_registers, bool) or not isinstance(self.num_registers, int) or self.num_registers < 0:
+        elif self.num_registers is not None and (
+            isinstance(self.num_registers, bool) or not isinstance(self.num_registers, int) or self.num_registers < 0
+        ):
             problem = f"num_registers={self.num_registers!r} must be a non-negative integer."
         if problem:
             raise ValueError(problem)

@@ -55,7 +55,7 @@ def VisionTransformer(
     class_token=True,
     distillation_token=False,
     distillation_head=None,
-    num_registers=0,
+    num_registers=None,
     position_embedding="learned",
     layer_scale_init=None,
     mlp="gelu",
@@ -98,7 +98,8 @@ def VisionTransformer(
         distillation_token: DeiT's distillation token after the class token.
         distillation_head: a second head on the distillation token, the logits being the
             mean of both heads (DeiT distilled); None: the same as `distillation_token`.
-        num_registers: register tokens (DINOv2) after those, without position embedding.
+        num_registers: register tokens (DINOv2) after those, without position embedding;
+            None: the checkpoint's own (DINOv2's `reg4` files: 4), else 0.
         position_embedding: `"learned"` or the fixed 2-D `"sincos2d"` (big_vision).
         layer_scale_init: initial LayerScale of every residual branch (DeiT III, DINOv2);
             None: no LayerScale.
@@ -152,6 +153,7 @@ def VisionTransformer(
             config,
             approximate_gelu=True if approximate_gelu is None else approximate_gelu,
             layer_norm_epsilon=LAYER_NORM_EPSILON if layer_norm_epsilon is None else layer_norm_epsilon,
+            num_registers=num_registers or 0,
         )
         shape = image_shape(input_shape, input_tensor, config.stride, need_rgb=False)
         return build_model(config, shape, input_tensor)

@@ -178,6 +178,12 @@ def add(entry):
     ENTRIES[:] = [e for e in ENTRIES if (e.variant, e.name) != (entry.variant, entry.name)] + [entry]
 
 
+def architecture(variant):
+    """The builder arguments of the named model `variant` (its family's options included); {}
+    for a hybrid, whose files record their heads."""
+    return dict(FAMILIES.get(variant) or VARIANTS.get(variant) or {})
+
+
 def entries(variant=None):
     """The entries of `variant` (e.g. "ViTB16"), or all."""
     return [e for e in ENTRIES if variant is None or e.variant == variant]
