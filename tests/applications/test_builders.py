@@ -138,3 +138,22 @@ def test_decode_predictions_uses_shipped_imagenet_labels():
     assert decoded[1][0][:2] == ("n07753592", "banana")
     with pytest.raises(ValueError, match="\\(samples, 1000\\)"):
         keras_vit.decode_predictions(np.zeros((2, 10)))
+
+
+def test_decode_predictions_of_the_imagenet21k_heads():
+    """21,843 classes in sorted WordNet-id order (the in21k heads'); the 1000 ImageNet-2012
+    classes among them (all but the teddy bear, n04399382, absent from the fall-2011 release)
+    carry the names of the 1000-class list."""
+    from keras_vit.imagenet import imagenet21k_classes, imagenet_classes
+
+    classes = imagenet21k_classes()
+    ids = [wnid for wnid, _ in classes]
+    assert len(classes) == 21843 and ids == sorted(set(ids))
+    names = dict(classes)
+    shared = [(wnid, name) for wnid, name in imagenet_classes() if wnid in names]
+    assert len(shared) == 999 and all(names[wnid] == name for wnid, name in shared)
+    preds = np.zeros((1, 21843), "float32")
+    preds[0, ids.index("n02099601")] = 0.5
+    assert keras_vit.decode_predictions(preds, top=1) == [[("n02099601", "golden_retriever", 0.5)]]
+    with pytest.raises(ValueError, match=r"\(samples, 1000\) or, ImageNet-21k, \(samples, 21843\)"):
+        keras_vit.decode_predictions(np.zeros((1, 21842)))
