@@ -58,10 +58,10 @@ def read_checkpoint(path, num_heads=None):
     return ckpt
 
 
-def resolve(source, config=None):
+def resolve(source, config=None, force_download=False):
     """`(path, entry)`: the local path of `source`, an existing file or folder (entry None), or
     a named checkpoint's `registry.WeightsEntry` for the `ViTConfig` `config`'s variant and its
-    file (downloaded into the cache if needed)."""
+    file (downloaded into the cache if needed; again with `force_download`)."""
     if isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.exists(source)):
         if not os.path.exists(source):
             raise FileNotFoundError(f"No checkpoint file or folder at {os.fspath(source)}.")
@@ -70,8 +70,7 @@ def resolve(source, config=None):
         raise ValueError(
             f"weights={source!r}: expected None, a checkpoint name, a path, or PretrainedWeights."
         )
-    named = source.split("/", 1)[0] in list_models() or "/" not in source
-    if not named or source.endswith(CHECKPOINT_SUFFIXES):
+    if not registry.is_named(source) or source.endswith(CHECKPOINT_SUFFIXES):
         raise FileNotFoundError(f"No checkpoint file or folder at {source}.")
     from keras_vit.weights.download import fetch
 
@@ -82,18 +81,19 @@ def resolve(source, config=None):
             f"named checkpoints exist only for the named models ({', '.join(list_models())})."
         )
     entry = registry.find(source, variant)
-    return fetch(entry), entry
+    return fetch(entry, force=force_download), entry
 
 
-def weights_checkpoint(source, config=None, num_heads=None):
+def weights_checkpoint(source, config=None, num_heads=None, force_download=False):
     """Reads `source` (name or path) as a canonical `Checkpoint`. The head count, which timm
     and `.weights.h5` files do not record, comes from `config` (a `ViTConfig`) or
     `num_heads`, else, for a named checkpoint, from its model (`entry.variant`); named
-    checkpoints are looked up for `config`'s variant, and carry their entry's preprocessing."""
+    checkpoints are looked up for `config`'s variant, and carry their entry's preprocessing;
+    `force_download` fetches a named checkpoint's file again."""
     if isinstance(source, Checkpoint):
         return source
     heads = config.num_heads if config else num_heads
-    path, entry = resolve(source, config)
+    path, entry = resolve(source, config, force_download)
     if heads is None and entry is not None:
         heads = registry.architecture(entry.variant).get("num_heads")
     ckpt = read_checkpoint(path, num_heads=heads)
