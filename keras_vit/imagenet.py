@@ -1,6 +1,7 @@
 """ImageNet input scaling and label decoding, with the labels shipped in the package."""
 
 import functools
+import gzip
 import json
 from importlib import resources
 
@@ -36,17 +37,32 @@ def imagenet_classes():
     return [tuple(index[str(i)]) for i in range(len(index))]
 
 
+@functools.lru_cache(maxsize=1)
+def imagenet21k_classes():
+    """The 21,843 ImageNet-21k classes, in the order of the ViT / AugReg ImageNet-21k heads, as a
+    list of `(wordnet_id, name)`. The data: timm's `imagenet21k_goog_synsets.txt` (the order),
+    each synset named by the first lemma of its `imagenet_synset_to_lemma.txt` (source line in
+    the file's header)."""
+    data = resources.files("keras_vit").joinpath("imagenet21k_classes.txt.gz").read_bytes()
+    lines = gzip.decompress(data).decode().splitlines()
+    return [tuple(line.split("\t")) for line in lines if not line.startswith("#")]
+
+
+LABELS = {1000: imagenet_classes, 21843: imagenet21k_classes}
+
+
 def decode_predictions(preds, top=5):
-    """Top-`top` ImageNet classes per example: a list of lists of `(wordnet_id, name, score)`."""
+    """Top-`top` classes per example of ImageNet (1000 classes) or ImageNet-21k (21,843: the
+    `imagenet21k` heads) predictions: a list of lists of `(wordnet_id, name, score)`."""
     from keras import ops
 
     preds = np.asarray(ops.convert_to_numpy(preds))
-    classes = imagenet_classes()
-    if preds.ndim != 2 or preds.shape[1] != len(classes):
+    if preds.ndim != 2 or preds.shape[1] not in LABELS:
         raise ValueError(
             f"decode_predictions expects a batch of ImageNet predictions of shape "
-            f"(samples, {len(classes)}), got {preds.shape}."
+            f"(samples, 1000) or, ImageNet-21k, (samples, 21843), got {preds.shape}."
         )
+    classes = LABELS[preds.shape[1]]()
     results = []
     for row in preds:
         best = np.argsort(row)[::-1][:top]

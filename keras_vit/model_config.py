@@ -45,8 +45,8 @@ def _preprocessing(value):
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
     """Everything `build_model` needs: the arguments of `VisionTransformer` except the input
-    and the weights. `approximate_gelu` / `layer_norm_epsilon` None mean "the checkpoint's own"
-    until the loader (or the builder, without weights) resolves them."""
+    and the weights. `approximate_gelu` / `layer_norm_epsilon` / `num_registers` None mean "the
+    checkpoint's own" until the loader (or the builder, without weights) resolves them."""
 
     patch_size: int = option(16, "side of the square patches in pixels (paper Table 1)", group=ARCHITECTURE,
                              interval="[1, inf)")
@@ -92,8 +92,9 @@ class ViTConfig:
     distillation_head: Optional[bool] = option(
         None, "a second head on the distillation token, the logits being the mean of both heads (DeiT "
         "distilled); None: the same as `distillation_token`", group=TOKENS)
-    num_registers: int = option(0, "register tokens (DINOv2) after those, without position embedding",
-                                group=TOKENS, interval="[0, inf)")
+    num_registers: Optional[int] = option(
+        None, "register tokens (DINOv2) after those, without position embedding; None: the checkpoint's own "
+        "(DINOv2's `reg4` files: 4), else 0", group=TOKENS, interval="[0, inf)")
     position_embedding: str = option("learned", "'learned' or the fixed 2-D 'sincos2d' (big_vision)",
                                      group=TOKENS, choices=POSITION_EMBEDDINGS)
     layer_scale_init: Optional[float] = option(

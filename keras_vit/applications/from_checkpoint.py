@@ -5,7 +5,7 @@ from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.weights.reading import weights_checkpoint
 
 
-def from_checkpoint(source, **builder_args):
+def from_checkpoint(source, force_download=False, **builder_args):
     """Builds the model that `source` (a checkpoint path, folder or name) holds, with its weights.
 
     The architecture (sizes, class / distillation / register tokens, position embeddings,
@@ -14,8 +14,9 @@ def from_checkpoint(source, **builder_args):
     `num_heads` for timm files of a non-standard width, `approximate_gelu` (default: the
     format's own), `include_top`, `input_shape`, `classifier_activation`, ... Without a head
     the model returns the MAP-pooled features if the file has a MAP head, else the tokens.
+    `force_download`: fetch a named checkpoint's file again.
     """
-    ckpt = weights_checkpoint(source, num_heads=builder_args.get("num_heads"))
+    ckpt = weights_checkpoint(source, num_heads=builder_args.get("num_heads"), force_download=force_download)
     args = dict(
         ckpt.architecture(),
         include_top=ckpt.classes is not None,

@@ -36,6 +36,7 @@ def VisionTransformer(*args, **kwargs):
             config,
             approximate_gelu=True if config.approximate_gelu is None else config.approximate_gelu,
             layer_norm_epsilon=LAYER_NORM_EPSILON if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
+            num_registers=config.num_registers or 0,
         )
         shape = image_shape(input_shape, input_tensor, config.stride, need_rgb=False)
         return build_model(config, shape, input_tensor)

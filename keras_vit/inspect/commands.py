@@ -6,10 +6,12 @@ import os
 import numpy as np
 
 from keras_vit.variants import HYBRIDS, VARIANTS
+
 DEFAULT_SIZE = 224
 
 
 def _build(model, weights, image_size):
+    import keras_vit
     from keras_vit.inference.predict import load_keras_file
 
     if model.endswith(".keras"):

@@ -145,9 +145,11 @@ def assign(model, ckpt, tensors, interpolation="bilinear", new=()):
 def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=None, input_tensor=None):
     """The model for the `ViTConfig` `config` holding `ckpt`'s weights. Defaults follow the
     checkpoint: input size (its resolution), GELU flavour (tanh for the original npz files,
-    exact for timm / Hugging Face), LayerNorm epsilon and preprocessing. Another patch size than the
+    exact for timm / Hugging Face), LayerNorm epsilon, register tokens and preprocessing. Another patch size than the
     checkpoint's resizes the patch embedding (FlexiViT) and, at the same resolution, the
     position embeddings."""
+    if config.num_registers is None:
+        config = dataclasses.replace(config, num_registers=ckpt.num_registers)
     check_architecture(ckpt, config)
     config = dataclasses.replace(
         config,

@@ -280,9 +280,11 @@ class Checkpoint:
         )
 
 
-def guess_num_heads(hidden_dim):
-    """The head count of the standard variant of that width (else 64-wide heads)."""
-    for arch in VARIANTS.values():
-        if arch["hidden_dim"] == hidden_dim:
-            return arch["num_heads"]
-    return max(hidden_dim // 64, 1)
+def known_num_heads(hidden_dim):
+    """The head count of the named models of width `hidden_dim` (`list_models()`: the paper's
+    and the families', which agree on it, e.g. 16 for SigLIP So400m's 1152), else None: no
+    guess from the width alone (So400m's heads are 72 wide, not 64)."""
+    from keras_vit.family_variants import FAMILIES
+
+    counts = {arch["num_heads"] for arch in (*VARIANTS.values(), *FAMILIES.values()) if arch["hidden_dim"] == hidden_dim}
+    return counts.pop() if len(counts) == 1 else None

@@ -2,6 +2,7 @@
 
 from keras_vit.weights.formats import export_names, output_rules  # the registry of formats imports no Keras
 
+
 def _list(args):
     from keras_vit.weights.registry import weights_table
 
@@ -11,7 +12,8 @@ def _list(args):
 def _convert(args):
     from keras_vit.weights.export import convert_checkpoint
 
-    convert_checkpoint(args.src, args.dst, format=args.format, num_heads=args.num_heads, overwrite=args.overwrite)
+    convert_checkpoint(args.src, args.dst, format=args.format, num_heads=args.num_heads, overwrite=args.overwrite,
+                       force_download=args.redownload)
     print(f"wrote {args.dst}")
 
 
@@ -30,7 +32,11 @@ def register(subparsers):
     )
     parser.add_argument("--format", choices=export_names(), help="output format (default: from DST's name)")
     parser.add_argument(
-        "--num-heads", type=int, metavar="INT", help="attention heads, for sources that do not record them (timm, .weights.h5)"
+        "--num-heads", type=int, metavar="INT",
+        help="attention heads, for sources that do not record them (timm, .weights.h5, weights without config.json)",
+    )
+    parser.add_argument(
+        "--redownload", action="store_true", help="download a named SRC again (e.g. one refused as changed)"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace what is at DST (same kind only)")
     parser.set_defaults(func=_convert)

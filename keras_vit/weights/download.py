@@ -2,26 +2,31 @@
 
 Files hosted on the Hugging Face hub (timm's) go through the Hugging Face cache when
 `huggingface_hub` is installed, so they share the user's cache, token and mirror (`HF_HOME`,
-`HF_TOKEN`, `HF_ENDPOINT`), and are checked in place. Other files, or without
-`huggingface_hub`, are downloaded with `keras.utils.get_file` (which checks the sha256 where
-the registry knows it): a download goes to a private temporary folder next to its cache path,
-is checked (size where known, and always a full parse of the file, so a truncated or corrupt
-file fails), and only then renamed into place; the folders that killed downloads left
-behind are removed first. A file put at the cache path by hand, or found in the Hugging Face
-cache, is used as is, after the same checks and its sha256.
+`HF_TOKEN`, `HF_ENDPOINT`). Other files, or without `huggingface_hub`, are downloaded with
+`keras.utils.get_file` into a private temporary folder next to their cache path, checked, and
+only then renamed into place; the folders that killed downloads left behind are removed first.
+
+Each file is checked once, in full, when it is first used (downloaded, found in the Hugging
+Face cache, or put at the cache path by hand): its size and sha256 against the entry's where
+known, and a parse of the whole file, so a truncated or corrupt file fails. Its size, sha256,
+modification time and path are then recorded beside its cache path (`record_path`, written
+atomically); later loads compare the file's size and modification time with the record and read
+nothing more. A file that differs from its record (replaced, or a newer upstream revision in
+the Hugging Face cache) is hashed: a different sha256 is refused in one line that says how to
+fetch it again (`force_download=True`).
 """
 
 import hashlib
 import logging
 import os
-import re
 
-from keras_vit.files import remove, remove_stale, temporary_name
+from keras_vit.files import remove, remove_stale, temporary_name, write_json
 from keras_vit.weights import containers
-from keras_vit.weights.registry import cache_path
+from keras_vit.weights.registry import HUB_URL, cache_path
 
 logger = logging.getLogger("keras_vit.weights")
-HUB_URL = re.compile(r"https://huggingface\.co/(?P<repo_id>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<filename>.+)")
+RECORD_SUFFIX = ".sha256.json"
+REFETCH = "force_download=True (PretrainedWeights, from_checkpoint; keras-vit convert --redownload)"
 
 
 class DownloadError(OSError):
@@ -36,14 +41,58 @@ def sha256_of(path, chunk=2**22):
     return digest.hexdigest()
 
 
-def verify(path, entry, hashed=False):
-    """Raises ValueError unless `path` is a complete, intact copy of `entry`'s file (its
-    sha256 too, unless `hashed`: already checked by the download)."""
+def verify(path, entry):
+    """Raises ValueError unless `path` is a complete, intact copy of `entry`'s file (its size
+    and sha256 where the entry knows them, and a parse of the whole file); returns its sha256."""
     if entry.size is not None and os.path.getsize(path) != entry.size:
         raise ValueError(f"{path} has {os.path.getsize(path)} bytes, expected {entry.size}.")
-    if not hashed and entry.sha256 is not None and sha256_of(path) != entry.sha256.lower():
-        raise ValueError(f"{path}: sha256 {sha256_of(path)} does not match the expected {entry.sha256}.")
+    digest = sha256_of(path)
+    if entry.sha256 is not None and digest != entry.sha256.lower():
+        raise ValueError(f"{path}: sha256 {digest} does not match the expected {entry.sha256}.")
     containers.check_complete(path)
+    return digest
+
+
+def record_path(entry):
+    """Where the record of `entry`'s checked file is kept: beside its cache path."""
+    return cache_path(entry) + RECORD_SUFFIX
+
+
+def _stamp(path):
+    stat = os.stat(path)
+    return {"path": os.path.realpath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _read_record(entry):
+    try:
+        record = containers.read_json(record_path(entry))
+    except (OSError, ValueError):  # none, or not one this module wrote: check the file again
+        return None
+    return record if isinstance(record.get("sha256"), str) else None
+
+
+def _write_record(path, entry, digest):
+    os.makedirs(os.path.dirname(record_path(entry)), exist_ok=True)
+    write_json(record_path(entry), {**_stamp(path), "sha256": digest, "url": entry.url})
+
+
+def check_once(path, entry):
+    """Checks `path`, `entry`'s file, unless its record says it was checked as it is now (same
+    path, size and modification time); records it when checked. Raises ValueError when its
+    content differs from the record's."""
+    record = _read_record(entry)
+    if record is not None and all(record.get(k) == v for k, v in _stamp(path).items()):
+        return
+    if record is None:
+        digest = verify(path, entry)
+    else:
+        digest = sha256_of(path)
+        if digest != record["sha256"]:
+            raise ValueError(
+                f"{path} is not the file checked when it was first downloaded (sha256 {digest[:16]}..., recorded "
+                f"{record['sha256'][:16]}... in {record_path(entry)}); to fetch it again pass {REFETCH}."
+            )
+    _write_record(path, entry, digest)
 
 
 def _hub_file(entry):
@@ -67,35 +116,36 @@ def _download_error(entry, target, error):
     )
 
 
-def _fetch_from_hub(entry, hub, target):
+def _fetch_from_hub(entry, hub, target, force):
     import huggingface_hub
 
     try:
-        path = huggingface_hub.hf_hub_download(**hub)
+        path = huggingface_hub.hf_hub_download(**hub, **({"force_download": True} if force else {}))
     except Exception as error:
         raise _download_error(entry, target, error) from error
+    if force:
+        remove(record_path(entry))
     try:
-        verify(path, entry)
+        check_once(path, entry)
     except ValueError as error:
-        raise ValueError(
-            f"{error} (the Hugging Face cache's copy of {entry.url}; delete it there to download it again)"
-        ) from None
+        raise ValueError(f"{error} (the Hugging Face cache's copy of {entry.url})") from None
     return path
 
 
-def fetch(entry):
-    """The local path of `entry`'s file: a copy put at its cache path by hand, else the
-    Hugging Face cache's (hub files), else downloaded into the cache."""
+def fetch(entry, force=False):
+    """The local path of `entry`'s file: a copy at its cache path (put there by hand, or
+    downloaded before), else the Hugging Face cache's (hub files), else downloaded into the
+    cache. `force`: download it again (replacing the cached copy), and check it anew."""
     target = cache_path(entry)
-    if os.path.exists(target):
+    if os.path.exists(target) and not force:
         try:
-            verify(target, entry)
+            check_once(target, entry)
         except ValueError as error:
             raise ValueError(f"{error} Delete {target} to download it again.") from None
         return target
     hub = _hub_file(entry)
     if hub is not None:
-        return _fetch_from_hub(entry, hub, target)
+        return _fetch_from_hub(entry, hub, target, force)
     folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
     remove_stale(folder)
@@ -109,11 +159,13 @@ def fetch(entry):
                 fname=entry.file_name, origin=entry.url, cache_dir=scratch, cache_subdir=".",
                 file_hash=entry.sha256 and entry.sha256.lower(),
             )
-            verify(path, entry, hashed=True)
+            digest = verify(path, entry)
         except Exception as error:
             raise _download_error(entry, target, error) from error
+        remove(record_path(entry))
         os.replace(path, target)
     finally:
         remove(scratch)
+    _write_record(target, entry, digest)
     logger.info("Cached %s at %s", entry.url, target)
     return target

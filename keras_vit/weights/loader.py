@@ -11,10 +11,12 @@ from keras_vit.weights.reading import weights_checkpoint
 class PretrainedWeights:
     """`weights=` with options: `source` is a named checkpoint or a path; `interpolation`
     ("bilinear", the original's, or "bicubic", timm's) resizes the position embeddings when
-    the model's patch grid differs from the checkpoint's."""
+    the model's patch grid differs from the checkpoint's; `force_download`: fetch a named
+    checkpoint's file again (e.g. after it was refused as changed since its download)."""
 
     source: object
     interpolation: str = "bilinear"
+    force_download: bool = False
 
     def __post_init__(self):
         if self.interpolation not in INTERPOLATIONS:
@@ -25,5 +27,5 @@ def build_with_weights(config, weights, input_shape=None, input_tensor=None):
     """`VisionTransformer(..., weights=...)`: builds the model for the `ViTConfig` `config`
     and loads the checkpoint `weights` (a name, a path, a `Checkpoint` or `PretrainedWeights`)."""
     spec = weights if isinstance(weights, PretrainedWeights) else PretrainedWeights(weights)
-    ckpt = weights_checkpoint(spec.source, config)
+    ckpt = weights_checkpoint(spec.source, config, force_download=spec.force_download)
     return build_from_checkpoint(config, ckpt, spec.interpolation, input_shape, input_tensor)

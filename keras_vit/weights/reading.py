@@ -8,7 +8,7 @@ import os
 
 from keras_vit.variants import list_models
 from keras_vit.weights import containers, formats, registry
-from keras_vit.weights.canonical import FC_NORM, Checkpoint, Metadata, check_heads, check_metadata, guess_num_heads
+from keras_vit.weights.canonical import FC_NORM, Checkpoint, Metadata, check_heads, check_metadata, known_num_heads
 
 CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5", ".keras", ".json")
 
@@ -26,8 +26,9 @@ def _width(fmt, tensors, path):
 def read_checkpoint(path, num_heads=None):
     """Opens any supported checkpoint at `path` as a canonical `Checkpoint`.
 
-    `num_heads` is used only for formats that do not record it (timm, `.weights.h5`); by
-    default the head count of the standard variant of that width is assumed.
+    `num_heads` is used only for files that do not record it (timm files, `.weights.h5`,
+    transformers weights without `config.json`); by default the head count of the named
+    models of that width (`known_num_heads`); a width no named model has is refused.
     """
     raw = containers.open_checkpoint(path)
     fmt = formats.detect(raw)
@@ -41,7 +42,12 @@ def read_checkpoint(path, num_heads=None):
     meta = fmt.metadata(raw, tensors) if fmt.metadata else Metadata()
     check_metadata(meta, raw.path)
     width = _width(fmt, tensors, raw.path)
-    heads = meta.num_heads or num_heads or guess_num_heads(width)
+    heads = meta.num_heads or num_heads or known_num_heads(width)
+    if heads is None:
+        raise ValueError(
+            f"{raw.path}: the file does not record its attention head count and no named model is {width} wide; "
+            "pass num_heads= (keras-vit convert: --num-heads)."
+        )
     check_heads(heads, width, raw.path)
     tensors = fmt.to_canonical(tensors, heads, what=f"checkpoint {raw.path}")
     ckpt = Checkpoint(
@@ -52,10 +58,10 @@ def read_checkpoint(path, num_heads=None):
     return ckpt
 
 
-def resolve(source, config=None):
+def resolve(source, config=None, force_download=False):
     """`(path, entry)`: the local path of `source`, an existing file or folder (entry None), or
     a named checkpoint's `registry.WeightsEntry` for the `ViTConfig` `config`'s variant and its
-    file (downloaded into the cache if needed)."""
+    file (downloaded into the cache if needed; again with `force_download`)."""
     if isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.exists(source)):
         if not os.path.exists(source):
             raise FileNotFoundError(f"No checkpoint file or folder at {os.fspath(source)}.")
@@ -64,8 +70,7 @@ def resolve(source, config=None):
         raise ValueError(
             f"weights={source!r}: expected None, a checkpoint name, a path, or PretrainedWeights."
         )
-    named = source.split("/", 1)[0] in list_models() or "/" not in source
-    if not named or source.endswith(CHECKPOINT_SUFFIXES):
+    if not registry.is_named(source) or source.endswith(CHECKPOINT_SUFFIXES):
         raise FileNotFoundError(f"No checkpoint file or folder at {source}.")
     from keras_vit.weights.download import fetch
 
@@ -76,17 +81,20 @@ def resolve(source, config=None):
             f"named checkpoints exist only for the named models ({', '.join(list_models())})."
         )
     entry = registry.find(source, variant)
-    return fetch(entry), entry
+    return fetch(entry, force=force_download), entry
 
 
-def weights_checkpoint(source, config=None, num_heads=None):
+def weights_checkpoint(source, config=None, num_heads=None, force_download=False):
     """Reads `source` (name or path) as a canonical `Checkpoint`. The head count, which timm
     and `.weights.h5` files do not record, comes from `config` (a `ViTConfig`) or
-    `num_heads`; named checkpoints are looked up for `config`'s variant, and carry their
-    entry's preprocessing."""
+    `num_heads`, else, for a named checkpoint, from its model (`entry.variant`); named
+    checkpoints are looked up for `config`'s variant, and carry their entry's preprocessing;
+    `force_download` fetches a named checkpoint's file again."""
     if isinstance(source, Checkpoint):
         return source
     heads = config.num_heads if config else num_heads
-    path, entry = resolve(source, config)
+    path, entry = resolve(source, config, force_download)
+    if heads is None and entry is not None:
+        heads = registry.architecture(entry.variant).get("num_heads")
     ckpt = read_checkpoint(path, num_heads=heads)
     return dataclasses.replace(ckpt, preprocessing=entry.preprocessing) if entry else ckpt

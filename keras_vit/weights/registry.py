@@ -14,26 +14,36 @@ Three families per model, all Apache-2.0:
 Aliases: `weights="imagenet"` is "augreg_in21k_ft_in1k_224" (the authors' AugReg ImageNet-21k
 -> ImageNet-1k fine-tune at 224 px) for Ti/16, S/16, S/32, B/16, B/32 and L/16, and
 "orig_in21k_ft_in1k_384" for L/32 (its only ImageNet-1k file); H/14 has no ImageNet-1k
-weights. `weights="imagenet21k"` is "orig_in21k" where it exists, else "augreg_in21k".
+weights. `weights="imagenet21k"` is "augreg_in21k" where it exists (Ti/16, S/16, S/32, B/16,
+B/32, L/16: `augreg/{B_16,...}-i21k-300ep-...npz`, whose 21,843-class head is trained, so that
+`decode_predictions` names ImageNet-21k classes), else "orig_in21k" (L/32, H/14, R50+B/16:
+`imagenet21k/ViT-*.npz`, whose head is all zeros on a `pre_logits` layer: features only).
+
+Hugging Face repo ids name entries too (`HUB_IDS`: the same weights, converted, e.g.
+"google/siglip-so400m-patch14-384", "facebook/dinov2-small"); an entry hosted on the hub answers
+to its own repo id ("timm/vit_base_patch16_224.augreg2_in21k_ft_in1k").
 
 The families beyond the paper (SPEC section 7), named as timm names them (their Hugging Face hub
 copies) or, for SigLIP, as Google's transformers repositories: DeiT distilled (`DeiT*16`) and
 plain (under `ViTTi16` / `ViTS16` / `ViTB16`: the same shapes as the paper's, the entry gives
-DeiT's preprocessing), DINOv2 with and without registers (`DINOv2*14`; the `reg4` files need
-`num_registers=4`) and SigLIP image towers (the `vision_model` of a `SiglipModel` file). Each
+DeiT's preprocessing), DINOv2 with and without registers (`DINOv2*14`; the builders take the `reg4` files'
+4 registers from the file) and SigLIP image towers (the `vision_model` of a `SiglipModel` file). Each
 entry names its preprocessing (`keras_vit.preprocessing`), which the model built on it takes.
 
 sha256 and size are recorded where known; none could be downloaded when this table was
-written, so they are None: such files are checked by parsing them completely instead.
+written, so they are None: such files are checked by parsing them completely when first
+downloaded, and their size and sha256 recorded then (`download`).
 """
 
 import dataclasses
 import os
+import re
 
 from keras_vit.family_variants import FAMILIES
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS, list_models
 from keras_vit.weights import stems
 
+HUB_URL = re.compile(r"https://huggingface\.co/(?P<repo_id>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<filename>.+)")
 GCS = "https://storage.googleapis.com/vit_models/"
 HUB = "https://huggingface.co/timm/{}/resolve/main/model.safetensors"
 FT_384 = "imagenet21k%2Bimagenet2012/"
@@ -169,13 +179,61 @@ ENTRIES = [
 ALIASES = {
     "imagenet": ("augreg_in21k_ft_in1k_224", "orig_in21k_ft_in1k_384",
                  *(f"deit_{size}_distilled_patch16_224.fb_in1k" for size in ("tiny", "small", "base"))),
-    "imagenet21k": ("orig_in21k", "augreg_in21k"),
+    "imagenet21k": ("augreg_in21k", "orig_in21k"),
 }
+
+# Hugging Face repo ids of the same weights as an entry ("Variant/name"), converted to
+# transformers: what users copy from the hub's pages.
+_SIZES = {"small": "S", "base": "B", "large": "L", "giant": "G"}
+HUB_IDS = {
+    "google/vit-base-patch16-224": "ViTB16/orig_in21k_ft_in1k_224",
+    "google/vit-base-patch16-384": "ViTB16/orig_in21k_ft_in1k_384",
+    "google/vit-base-patch32-384": "ViTB32/orig_in21k_ft_in1k_384",
+    "google/vit-large-patch16-224": "ViTL16/orig_in21k_ft_in1k_224",
+    "google/vit-large-patch16-384": "ViTL16/orig_in21k_ft_in1k_384",
+    "google/vit-large-patch32-384": "ViTL32/orig_in21k_ft_in1k_384",
+    "google/vit-base-patch16-224-in21k": "ViTB16/orig_in21k",
+    "google/vit-base-patch32-224-in21k": "ViTB32/orig_in21k",
+    "google/vit-large-patch16-224-in21k": "ViTL16/orig_in21k",
+    "google/vit-large-patch32-224-in21k": "ViTL32/orig_in21k",
+    "google/vit-huge-patch14-224-in21k": "ViTH14/orig_in21k",
+    **{f"facebook/deit-{size}-patch16-224": f"ViT{s}16/deit_{size}_patch16_224.fb_in1k"
+       for size, s in (("tiny", "Ti"), ("small", "S"), ("base", "B"))},
+    **{f"facebook/deit-{size}-distilled-patch16-224": f"DeiT{s}16/deit_{size}_distilled_patch16_224.fb_in1k"
+       for size, s in (("tiny", "Ti"), ("small", "S"), ("base", "B"))},
+    **{f"facebook/dinov2-{size}": f"DINOv2{s}14/" + _DINOV2[0].format(size) for size, s in _SIZES.items()},
+    **{f"facebook/dinov2-with-registers-{size}": f"DINOv2{s}14/" + _DINOV2[1].format(size) for size, s in _SIZES.items()},
+}
+
+
+def hub_repo_id(entry):
+    """The Hugging Face repo id `entry`'s file is downloaded from, or None."""
+    match = HUB_URL.fullmatch(entry.url)
+    return match["repo_id"] if match else None
+
+
+def _named_by_repo_id(name):
+    """"Variant/name" of the entry that the Hugging Face repo id `name` names, or None."""
+    if name in HUB_IDS:
+        return HUB_IDS[name]
+    return next((f"{e.variant}/{e.name}" for e in ENTRIES if hub_repo_id(e) == name), None)
+
+
+def is_named(source):
+    """Whether the string `source` is spelled as a checkpoint name: a name, "Variant/name", or a
+    known Hugging Face repo id (else it can only be a path)."""
+    return "/" not in source or source.split("/", 1)[0] in list_models() or _named_by_repo_id(source) is not None
 
 
 def add(entry):
     """Adds a `WeightsEntry` (e.g. for a hybrid variant); replaces one of the same name."""
     ENTRIES[:] = [e for e in ENTRIES if (e.variant, e.name) != (entry.variant, entry.name)] + [entry]
+
+
+def architecture(variant):
+    """The builder arguments of the named model `variant` (its family's options included); {}
+    for a hybrid, whose files record their heads."""
+    return dict(FAMILIES.get(variant) or VARIANTS.get(variant) or {})
 
 
 def entries(variant=None):
@@ -206,10 +264,15 @@ def variant_of(config):
 
 
 def find(name, variant=None):
-    """The entry called `name` (or an alias) for `variant`; without a variant, `name` must be
-    "Variant/name" or unique among all entries. Raises ValueError listing the choices."""
-    if variant is None and "/" in name and name.split("/", 1)[0] in list_models():
-        variant, name = name.split("/", 1)
+    """The entry called `name` (or an alias, or a Hugging Face repo id of `HUB_IDS` or of its
+    file) for `variant`; without a variant, `name` must be "Variant/name", a repo id, or unique
+    among all entries. Raises ValueError listing the choices."""
+    spelled = _named_by_repo_id(name) or name
+    if "/" in spelled and spelled.split("/", 1)[0] in list_models():
+        named_variant, name = spelled.split("/", 1)
+        if variant is not None and named_variant != variant:
+            raise ValueError(f"Weights {spelled!r} are {named_variant}'s; this model is a {variant}.")
+        variant = named_variant
     candidates = entries(variant)
     for wanted in ALIASES.get(name, (name,)):
         matches = [e for e in candidates if e.name == wanted]

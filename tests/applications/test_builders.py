@@ -171,3 +171,22 @@ def test_named_builders_are_exported_and_documented():
         assert parameters[:7] == ["include_top", "weights", "input_tensor", "input_shape", "pooling", "classes",
                                   "classifier_activation"]
     assert inspect.signature(applications.SigLIPB16).parameters["pooling"].default == "map"
+
+
+def test_decode_predictions_of_the_imagenet21k_heads():
+    """21,843 classes in sorted WordNet-id order (the in21k heads'); the 1000 ImageNet-2012
+    classes among them (all but the teddy bear, n04399382, absent from the fall-2011 release)
+    carry the names of the 1000-class list."""
+    from keras_vit.imagenet import imagenet21k_classes, imagenet_classes
+
+    classes = imagenet21k_classes()
+    ids = [wnid for wnid, _ in classes]
+    assert len(classes) == 21843 and ids == sorted(set(ids))
+    names = dict(classes)
+    shared = [(wnid, name) for wnid, name in imagenet_classes() if wnid in names]
+    assert len(shared) == 999 and all(names[wnid] == name for wnid, name in shared)
+    preds = np.zeros((1, 21843), "float32")
+    preds[0, ids.index("n02099601")] = 0.5
+    assert keras_vit.decode_predictions(preds, top=1) == [[("n02099601", "golden_retriever", 0.5)]]
+    with pytest.raises(ValueError, match=r"\(samples, 1000\) or, ImageNet-21k, \(samples, 21843\)"):
+        keras_vit.decode_predictions(np.zeros((1, 21842)))

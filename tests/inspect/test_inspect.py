@@ -257,3 +257,15 @@ def test_inspect_command(models, tmp_path, rng, capsys):
     assert main(["inspect", str(tmp_path / "missing.png"), "--model", str(saved), "--out", str(tmp_path / "x")]) == 2
     assert "No image file" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_inspect_command_builds_a_named_variant(tmp_path, rng, capsys):
+    """The docs' `keras-vit inspect IMAGE --model VARIANT --out DIR` (the default model is a
+    variant too), here at 32 px."""
+    image_path = tmp_path / "cat.png"
+    Image.fromarray(rng.integers(0, 255, size=(40, 50, 3), dtype=np.uint8)).save(image_path)
+    out = tmp_path / "out"
+    assert main(["inspect", str(image_path), "--model", "ViTTi16", "--image-size", "32", "--out", str(out)]) == 0
+    assert "randomly initialised" in capsys.readouterr().out
+    assert {p.name for p in out.iterdir()} == {"attention_rollout.png", "mean_attention_distance.png",
+                                               "position_embedding_similarity.png", "embedding_filters.png"}

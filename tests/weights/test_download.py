@@ -2,8 +2,10 @@
 
 import functools
 import hashlib
+import json
 import http.server
 import os
+import pathlib
 import shutil
 import socket
 import threading
@@ -66,7 +68,7 @@ def test_download_checks_hash_and_caches(server, tiny_npz):
     assert path == registry.cache_path(entry) and path.startswith(os.environ["KERAS_VIT_HOME"])
     assert open(path, "rb").read() == tiny_npz.read_bytes()
     (www / "tiny.npz").unlink()  # the cached copy is used from now on
-    assert fetch(entry) == path and _leftovers(entry) == ["tiny.npz"]
+    assert fetch(entry) == path and _leftovers(entry) == ["tiny.npz", "tiny.npz.sha256.json"]
 
 
 def test_hash_mismatch_leaves_nothing(server, tiny_npz):
@@ -128,9 +130,14 @@ def test_registry_entries_are_consistent():
         assert (default.name, default.resolution, default.classes) == ("augreg_in21k_ft_in1k_224", 224, 1000)
         assert registry.find("augreg_in21k_ft_in1k_384", variant).resolution == 384
     assert registry.find("imagenet", "ViTL32").name == "orig_in21k_ft_in1k_384"
-    orig = registry.find("imagenet21k", "ViTB16")
-    assert (orig.classes, orig.representation_size) == (21843, 768)
-    assert orig.url == "https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz"
+    for variant in ("ViTTi16", "ViTS16", "ViTS32", "ViTB16", "ViTB32", "ViTL16"):  # a trained 21k head
+        in21k = registry.find("imagenet21k", variant)
+        assert (in21k.name, in21k.classes, in21k.representation_size) == ("augreg_in21k", 21843, None)
+    assert registry.find("imagenet21k", "ViTB16").url == (
+        "https://storage.googleapis.com/vit_models/augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0.npz")
+    orig = registry.find("imagenet21k", "ViTL32")  # no AugReg file: the paper's, its head all zeros
+    assert (orig.name, orig.classes, orig.representation_size) == ("orig_in21k", 21843, 1024)
+    assert orig.url == "https://storage.googleapis.com/vit_models/imagenet21k/ViT-L_32.npz"
     timm = registry.find("vit_base_patch16_224.augreg2_in21k_ft_in1k")
     assert timm.url == "https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k/resolve/main/model.safetensors"
     assert registry.find("ViTB32/augreg_in21k").classes == 21843
@@ -171,7 +178,7 @@ def test_leftovers_of_killed_downloads_are_removed(server, tiny_npz):
     with open(os.path.join(leftover, "tiny.npz"), "wb") as f:
         f.write(tiny_npz.read_bytes()[:100])
     fetch(entry)
-    assert _leftovers(entry) == ["tiny.npz"]
+    assert _leftovers(entry) == ["tiny.npz", "tiny.npz.sha256.json"]
 
 
 HUB_ENTRY = WeightsEntry(
@@ -199,13 +206,16 @@ def test_hub_files_go_through_the_hugging_face_cache(monkeypatch, tmp_path):
     monkeypatch.setattr("keras.utils.get_file", lambda **kwargs: pytest.fail("keras.utils.get_file used"))
     assert fetch(HUB_ENTRY) == str(tmp_path / "hf_cache_copy.safetensors")
     assert calls == [dict(repo_id="timm/tiny_hub.test", revision="main", filename="model.safetensors")]
-    assert _leftovers(HUB_ENTRY) == []  # nothing copied into KERAS_VIT_HOME
+    assert _leftovers(HUB_ENTRY) == ["model.safetensors.sha256.json"]  # only its record in KERAS_VIT_HOME
 
     def corrupt(**kwargs):
         (tmp_path / "bad").write_bytes(b"not a checkpoint")
         return str(tmp_path / "bad")
 
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", corrupt)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", corrupt)  # main moved to another file
+    with pytest.raises(ValueError, match="not the file checked when it was first downloaded.*force_download=True"):
+        fetch(HUB_ENTRY)
+    os.remove(registry.cache_path(HUB_ENTRY) + ".sha256.json")
     with pytest.raises(ValueError, match="unrecognised checkpoint format.*Hugging Face cache's copy"):
         fetch(HUB_ENTRY)
 
@@ -229,4 +239,85 @@ def test_hub_files_without_huggingface_hub_use_keras_get_file(monkeypatch, tmp_p
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # not importable
     monkeypatch.setattr("keras.utils.get_file", get_file)
     assert fetch(HUB_ENTRY) == registry.cache_path(HUB_ENTRY)
-    assert origins == [HUB_ENTRY.url] and _leftovers(HUB_ENTRY) == ["model.safetensors"]
+    assert origins == [HUB_ENTRY.url] and _leftovers(HUB_ENTRY) == ["model.safetensors", "model.safetensors.sha256.json"]
+
+
+def test_a_cached_file_is_checked_once_and_a_changed_one_refused(server, tiny_npz, monkeypatch, capsys):
+    """The first use parses and hashes the file and records it; later uses read only its size
+    and modification time; a file whose content changed is refused in one line, and
+    `force_download=True` (`--redownload`) fetches it again."""
+    from keras_vit.weights import download
+
+    www, base = server
+    shutil.copy(tiny_npz, www / "tiny.npz")
+    entry = _entry(f"{base}/tiny.npz")
+    path = fetch(entry)
+    record = json.loads(open(path + ".sha256.json").read())
+    assert record["sha256"] == _sha(tiny_npz) and record["size"] == tiny_npz.stat().st_size
+
+    with monkeypatch.context() as patched:
+        patched.setattr(download, "sha256_of", lambda *args: pytest.fail("re-hashed"))
+        patched.setattr(download.containers, "check_complete", lambda *args: pytest.fail("re-parsed"))
+        assert fetch(entry) == path
+    os.utime(path, ns=(1, 1))  # touched, same content: accepted after hashing, record updated
+    assert fetch(entry) == path
+    assert json.loads(open(path + ".sha256.json").read())["mtime_ns"] == 1
+
+    other = dict(original_npz_params(np.random.default_rng(9), **TINY, classes=5))
+    np.savez(path, **other)  # replaced behind its record
+    with pytest.raises(ValueError, match=r"not the file checked when it was first downloaded.*force_download=True"):
+        fetch(entry)
+    monkeypatch.setattr(registry, "ENTRIES", [entry])
+    monkeypatch.setitem(VARIANTS, "ViTTest", dict(TINY))
+    from tests.support.commands import fails
+
+    fails(["convert", "ViTTest/tiny_test", www / "out.npz"], capsys, "--redownload")
+    assert fetch(entry, force=True) == path and _sha(pathlib.Path(path)) == _sha(tiny_npz)
+    assert keras_vit.weights.PretrainedWeights("tiny_test", force_download=True).force_download
+    from keras_vit.cli import main
+
+    np.savez(path, **other)
+    assert main(["convert", "ViTTest/tiny_test", str(www / "out.npz"), "--redownload"]) == 0
+    assert _sha(pathlib.Path(path)) == _sha(tiny_npz)
+
+
+def test_a_known_size_and_sha256_are_checked_at_first_use(tiny_npz):
+    entry = _entry("http://127.0.0.1:9/tiny.npz", sha256="0" * 64)
+    target = registry.cache_path(entry)
+    os.makedirs(os.path.dirname(target))
+    shutil.copy(tiny_npz, target)  # put there by hand
+    with pytest.raises(ValueError, match="does not match the expected 0000.*Delete .*tiny.npz"):
+        fetch(entry)
+    assert not os.path.exists(target + ".sha256.json")
+    entry = _entry("http://127.0.0.1:9/tiny.npz", sha256=_sha(tiny_npz), size=tiny_npz.stat().st_size + 1)
+    with pytest.raises(ValueError, match=f"has {tiny_npz.stat().st_size} bytes, expected"):
+        fetch(entry)
+
+
+def test_hugging_face_repo_ids_name_entries():
+    assert registry.find("google/siglip-so400m-patch14-384").name == "siglip-so400m-patch14-384"
+    assert registry.find("google/siglip-base-patch16-224", "SigLIPB16").variant == "SigLIPB16"
+    assert registry.find("facebook/dinov2-small").name == "vit_small_patch14_dinov2.lvd142m"
+    assert registry.find("facebook/dinov2-with-registers-giant").name == "vit_giant_patch14_reg4_dinov2.lvd142m"
+    assert registry.find("facebook/deit-base-distilled-patch16-224").variant == "DeiTB16"
+    assert registry.find("google/vit-base-patch16-224").name == "orig_in21k_ft_in1k_224"
+    assert registry.find("timm/vit_base_patch16_224.augreg2_in21k_ft_in1k").variant == "ViTB16"
+    for repo_id, target in registry.HUB_IDS.items():
+        variant, name = target.split("/", 1)
+        assert registry.find(repo_id) == registry.find(name, variant), repo_id
+    with pytest.raises(ValueError, match="'DINOv2S14/vit_small_patch14_dinov2.lvd142m' are DINOv2S14's; this model is a ViTB16"):
+        registry.find("facebook/dinov2-small", "ViTB16")
+    with pytest.raises(FileNotFoundError, match="No checkpoint file or folder at google/unknown-model"):
+        keras_vit.ViTB16(weights="google/unknown-model")
+
+
+def test_a_repo_id_loads_its_entry(tiny_npz, monkeypatch):
+    entry = _entry("http://127.0.0.1:9/tiny.npz")
+    monkeypatch.setitem(VARIANTS, "ViTTest", dict(TINY))
+    monkeypatch.setattr(registry, "ENTRIES", [entry])
+    monkeypatch.setitem(registry.HUB_IDS, "google/vit-test", "ViTTest/tiny_test")
+    os.makedirs(os.path.dirname(registry.cache_path(entry)))
+    shutil.copy(tiny_npz, registry.cache_path(entry))
+    model = keras_vit.VisionTransformer(**TINY, classes=5, weights="google/vit-test")
+    assert model.get_layer("head").kernel.shape == (32, 5)
+    assert keras_vit.from_checkpoint("google/vit-test").get_layer("head").kernel.shape == (32, 5)

@@ -144,8 +144,10 @@ def prepare_siglip(raw):
     return tensors
 
 
-def metadata(raw, tensors, preprocessing=None):
-    """What `config.json` records; `preprocessing`: the family's (`keras_vit.preprocessing`)."""
+def metadata(raw, tensors, preprocessing=None, hidden_act="gelu"):
+    """What `config.json` records; `preprocessing`: the family's (`keras_vit.preprocessing`);
+    `hidden_act`: the family's GELU where there is no `config.json` or it names none (its
+    config class's default)."""
     config = _config(raw)
     grid = None
     if "image_size" in config and "patch_size" in config:
@@ -153,7 +155,7 @@ def metadata(raw, tensors, preprocessing=None):
         size = size if isinstance(size, (list, tuple)) else (size, size)
         grid = tuple(s // config["patch_size"] for s in size)
     return Metadata(
-        approximate_gelu=huggingface.gelu(config),
+        approximate_gelu=huggingface.gelu(config, hidden_act),
         num_heads=config.get("num_attention_heads"),
         grid=grid,
         layer_norm_epsilon=config.get("layer_norm_eps"),
@@ -173,7 +175,8 @@ DINOV2 = Format(
 SIGLIP = Format(
     name="hf_siglip", table=SIGLIP_TABLE,
     detect=_detector(("siglip", "siglip_vision_model"), "embeddings.patch_embedding.weight"),
-    prepare=prepare_siglip, metadata=functools.partial(metadata, preprocessing="siglip"),
+    # transformers' SiglipVisionConfig: hidden_act="gelu_pytorch_tanh" (what the hub's files leave out).
+    prepare=prepare_siglip, metadata=functools.partial(metadata, preprocessing="siglip", hidden_act="gelu_pytorch_tanh"),
 )
 
 

@@ -90,8 +90,10 @@ def prepare(raw):
     return tensors
 
 
-def gelu(config):
-    act = config.get("hidden_act", "gelu")
+def gelu(config, default="gelu"):
+    """Whether `config.json`'s `hidden_act` (`default`, its config class's, where it records
+    none) is the tanh GELU."""
+    act = config.get("hidden_act", default)
     if act in TANH_GELU_ACTS:
         return True
     if act == "gelu":
@@ -116,7 +118,7 @@ def metadata(raw, tensors):
 
 def common_config(ckpt, architecture, model_type):
     """The `config.json` entries every transformers ViT family shares, and the labels of a head."""
-    from keras_vit.imagenet import imagenet_classes
+    from keras_vit.imagenet import LABELS
 
     grid = ckpt.patch_grid
     size = grid[0] * ckpt.patch_size if grid[0] == grid[1] else [g * ckpt.patch_size for g in grid]
@@ -135,8 +137,8 @@ def common_config(ckpt, architecture, model_type):
     }
     if ckpt.classes:
         labels = [f"LABEL_{i}" for i in range(ckpt.classes)]
-        if ckpt.classes == 1000:
-            labels = [name for _, name in imagenet_classes()]
+        if ckpt.classes in LABELS:  # ImageNet, ImageNet-21k
+            labels = [name for _, name in LABELS[ckpt.classes]()]
         config["id2label"] = {str(i): label for i, label in enumerate(labels)}
         config["label2id"] = {label: i for i, label in enumerate(labels)}
     return config
