@@ -30,7 +30,18 @@ def _predict(args):
             print(f"  {rank}. {name:<30} {prob:.4f}  (class {index})")
 
 
+# The layouts a LoRA adapter is written in (`keras_vit.training.lora.LAYOUTS`), as the output says them.
+ADAPTER_LAYOUTS = {"peft": "a PEFT adapter", "kerashub": "a KerasHub LoRA file", "npz": "a keras_vit LoRA file"}
+
+
 def _export(args):
+    if args.format in ADAPTER_LAYOUTS:
+        from keras_vit.training.lora import convert
+
+        loading = convert(args.model, args.output, args.format, overwrite=args.overwrite)
+        print(f"Wrote the LoRA adapter {args.model} as {ADAPTER_LAYOUTS[args.format]} to {args.output}"
+              + (f"; KerasHub loads it with {loading}" if loading else "") + ".")
+        return
     from keras_vit.inference.serving import FORMATS, SPECS, check_output, check_requirements, export
 
     formats = FORMATS if args.format == "all" else tuple(dict.fromkeys(args.format.split(",")))
@@ -73,11 +84,12 @@ def register(subparsers):
     predict.set_defaults(func=_predict)
 
     export = subparsers.add_parser("export", help="export a .keras model for serving (SavedModel, ONNX, LiteRT, "
-                                   "OpenVINO, PyTorch program)")
-    export.add_argument("model", metavar="MODEL.keras", help="a .keras model")
+                                   "OpenVINO, PyTorch program), or a LoRA adapter for PEFT or KerasHub")
+    export.add_argument("model", metavar="MODEL.keras|ADAPTER", help="a .keras model; or a LoRA adapter (a run's "
+                        "lora.npz, a PEFT adapter folder, a KerasHub .lora.h5) with --format peft, kerashub or npz")
     export.add_argument("--format", default="saved_model,onnx", metavar="FORMATS",
                         help="comma-separated, among saved_model, onnx, litert, openvino, torch; or all "
-                        "(default saved_model,onnx)")
+                        "(default saved_model,onnx); for an adapter one of peft, kerashub, npz")
     export.add_argument("--output", required=True, metavar="PATH", help="output path (with several formats: PATH.savedmodel, "
                         "PATH.onnx, PATH.tflite, PATH.openvino, PATH.pt2)")
     export.add_argument("--atol", type=float, default=1e-4, metavar="FLOAT", help="largest accepted output difference")
