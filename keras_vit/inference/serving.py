@@ -24,7 +24,6 @@ anything else only with `overwrite=True`.
 """
 
 import dataclasses
-
 import importlib.util
 import json
 import os
@@ -41,7 +40,6 @@ from keras_vit.files import atomic_path, check_target
 from keras_vit.inference.predict import load_keras_file
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Format:
     """How one export format is written and run."""
@@ -50,7 +48,7 @@ class Format:
     writers: tuple  # the backends whose `model.export` writes it; from the others, a subprocess of the first
     needs: tuple  # the packages that write it
     runtime: tuple = ()  # the packages that run it (`verify`)
-    entries: frozenset = frozenset()  # a folder format: the names it holds (the first listed is required)
+    entries: frozenset = frozenset()  # a folder format: the names it may hold (REQUIRED_ENTRY among them)
 
 
 # What marks an export as keras_vit's: a file in a folder format and in a PyTorch program's
