@@ -30,12 +30,26 @@ def _predict(args):
             print(f"  {rank}. {name:<30} {prob:.4f}  (class {index})")
 
 
-def _export(args):
-    from keras_vit.inference.serving import check_output, check_requirements, export
+# The layouts a LoRA adapter is written in (`keras_vit.training.lora.LAYOUTS`), as the output says them.
+ADAPTER_LAYOUTS = {"peft": "a PEFT adapter", "kerashub": "a KerasHub LoRA file", "npz": "a keras_vit LoRA file"}
 
-    formats = ("saved_model", "onnx") if args.format == "all" else (args.format,)
-    suffixes = {"saved_model": ".savedmodel", "onnx": ".onnx"}
-    outputs = {fmt: args.output + (suffixes[fmt] if len(formats) > 1 else "") for fmt in formats}
+
+def _export(args):
+    if args.format in ADAPTER_LAYOUTS:
+        from keras_vit.training.lora import convert
+
+        loading = convert(args.model, args.output, args.format, overwrite=args.overwrite)
+        print(f"Wrote the LoRA adapter {args.model} as {ADAPTER_LAYOUTS[args.format]} to {args.output}"
+              + (f"; KerasHub loads it with {loading}" if loading else "") + ".")
+        return
+    from keras_vit.inference.serving import FORMATS, SPECS, check_output, check_requirements, export
+
+    formats = FORMATS if args.format == "all" else tuple(dict.fromkeys(args.format.split(",")))
+    unknown = [fmt for fmt in formats if fmt not in FORMATS]
+    if unknown:
+        raise ValueError(f"--format {args.format}: unknown {', '.join(unknown)}; expected a comma-separated list "
+                         f"of {', '.join(FORMATS)}, or all.")
+    outputs = {fmt: args.output + (SPECS[fmt].suffix if len(formats) > 1 else "") for fmt in formats}
     for fmt, output in outputs.items():  # refuse before writing any
         check_requirements(fmt, not args.no_verify)
         check_output(fmt, output, args.model, args.overwrite)
@@ -69,10 +83,15 @@ def register(subparsers):
     predict.add_argument("--top", type=int, default=5, metavar="INT", help="classes shown per image (default 5)")
     predict.set_defaults(func=_predict)
 
-    export = subparsers.add_parser("export", help="export a .keras model to a TF SavedModel and/or ONNX")
-    export.add_argument("model", metavar="MODEL.keras", help="a .keras model")
-    export.add_argument("--format", default="all", choices=("saved_model", "onnx", "all"))
-    export.add_argument("--output", required=True, metavar="PATH", help="output path (with --format all: PATH.savedmodel and PATH.onnx)")
+    export = subparsers.add_parser("export", help="export a .keras model for serving (SavedModel, ONNX, LiteRT, "
+                                   "OpenVINO, PyTorch program), or a LoRA adapter for PEFT or KerasHub")
+    export.add_argument("model", metavar="MODEL.keras|ADAPTER", help="a .keras model; or a LoRA adapter (a run's "
+                        "lora.npz, a PEFT adapter folder, a KerasHub .lora.h5) with --format peft, kerashub or npz")
+    export.add_argument("--format", default="saved_model,onnx", metavar="FORMATS",
+                        help="comma-separated, among saved_model, onnx, litert, openvino, torch; or all "
+                        "(default saved_model,onnx); for an adapter one of peft, kerashub, npz")
+    export.add_argument("--output", required=True, metavar="PATH", help="output path (with several formats: PATH.savedmodel, "
+                        "PATH.onnx, PATH.tflite, PATH.openvino, PATH.pt2)")
     export.add_argument("--atol", type=float, default=1e-4, metavar="FLOAT", help="largest accepted output difference")
     export.add_argument("--no-verify", action="store_true", help="skip loading the export and comparing outputs")
     export.add_argument("--quantize", choices=("int8", "float8", "int4"),

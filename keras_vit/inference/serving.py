@@ -1,23 +1,36 @@
-"""Export a trained model for serving: TensorFlow SavedModel and ONNX, each checked after writing.
+"""Export a trained model for serving (TensorFlow SavedModel, ONNX, LiteRT, OpenVINO, a
+PyTorch program), each checked after writing. Every format keeps the batch size, and for a
+model of any size (`input_shape=(None, None, 3)`) the height and width, dynamic.
 
 - SavedModel: Keras' own `model.export(format="tf_saved_model")` (TensorFlow and JAX
   backends); on PyTorch the `.keras` file is exported by a TensorFlow-backend subprocess.
 - ONNX: Keras' own `model.export(format="onnx")` where its converter is installed
   (tf2onnx / jax2onnx); otherwise the PyTorch backend's `torch.onnx` dynamo exporter with a
   dynamic batch axis (in a PyTorch-backend subprocess when the current backend is another).
+- LiteRT (`.tflite`) and OpenVINO (a folder: `model.xml`, `model.bin`): Keras' own export
+  from the TensorFlow backend (a TensorFlow-backend subprocess from JAX or PyTorch): Keras'
+  LiteRT export from PyTorch (litert-torch) fixes every dynamic dimension to 1
+  (keras-team/keras#22996), its OpenVINO export from PyTorch traces one fixed size, and
+  neither exists from JAX.
+- torch (`.pt2`, `torch.export.load(path).module()`): Keras' own `format="torch"` with
+  dynamic dimensions (PyTorch backend; a PyTorch-backend subprocess from the others).
 
-`verify` loads the artefact (tf.saved_model / onnxruntime), runs it on random images and
-compares with the Keras model: the export is rejected if they differ by more than `atol`.
-An export is written next to its output path and swapped in only once written and verified;
-it replaces an earlier export of the same format, anything else only with `overwrite=True`.
+`verify` loads the artefact in its runtime (tf.saved_model, onnxruntime, ai-edge-litert,
+OpenVINO at float32 precision, torch), runs it on random images and compares with the Keras
+model: the export is rejected if they differ by more than `atol`. An export is written next
+to its output path and swapped in only once written and verified; it replaces an earlier
+export of the same format (LiteRT files carry no mark: always with `overwrite=True`),
+anything else only with `overwrite=True`.
 """
 
+import dataclasses
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 import keras
 import numpy as np
@@ -26,11 +39,35 @@ import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.lo
 from keras_vit.files import atomic_path, check_target
 from keras_vit.inference.predict import load_keras_file
 
-FORMATS = ("saved_model", "onnx")
-# What marks an export as keras_vit's: a file in a SavedModel folder, a metadata entry in ONNX.
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """How one export format is written and run."""
+
+    suffix: str  # the output's name ending when several formats are written at once
+    writers: tuple  # the backends whose `model.export` writes it; from the others, a subprocess of the first
+    needs: tuple  # the packages that write it
+    runtime: tuple = ()  # the packages that run it (`verify`)
+    entries: frozenset = frozenset()  # a folder format: the names it may hold (REQUIRED_ENTRY among them)
+
+
+# What marks an export as keras_vit's: a file in a folder format and in a PyTorch program's
+# archive, a metadata entry in ONNX. A LiteRT file has no place for one.
 MARK, MARK_VALUE = "written_by", "keras_vit"
-SAVED_MODEL_MARK = "keras_vit_export.json"
-SAVED_MODEL_ENTRIES = {"saved_model.pb", "fingerprint.pb", "keras_metadata.pb", "variables", "assets", SAVED_MODEL_MARK}
+MARK_FILE = "keras_vit_export.json"
+SPECS = {
+    "saved_model": Format(
+        ".savedmodel", ("tensorflow", "jax"), ("tensorflow",),
+        entries=frozenset({"saved_model.pb", "fingerprint.pb", "keras_metadata.pb", "variables", "assets", MARK_FILE}),
+    ),
+    "onnx": Format(".onnx", ("torch",), ("torch", "onnxscript", "onnx"), ("onnxruntime",)),  # or Keras' converter
+    "litert": Format(".tflite", ("tensorflow",), ("tensorflow",), ("ai_edge_litert",)),
+    "openvino": Format(".openvino", ("tensorflow",), ("tensorflow", "openvino"), ("openvino",),
+                       entries=frozenset({"model.xml", "model.bin", MARK_FILE})),
+    "torch": Format(".pt2", ("torch",), ("torch",)),
+}
+FORMATS = tuple(SPECS)
+REQUIRED_ENTRY = {"saved_model": "saved_model.pb", "openvino": "model.xml"}
 
 
 class ExportMismatch(ValueError):
@@ -64,6 +101,19 @@ def sample_images(model, count=3, seed=0, shape=None):
     return rng.uniform(-1.0, 1.0, (count, *(shape or input_shapes(model)[0]))).astype("float32")
 
 
+def _torch_dims(model):
+    """`torch.export` dynamic dimensions of the image input: the batch, and for a model of any
+    size its height and width (multiples of the patch and stem stride)."""
+    import torch
+
+    axes = {0: torch.export.Dim("batch", min=1, max=4096)}
+    height, width = model.inputs[0].shape[1:3]
+    step = _size_step(model)
+    axes.update({1: step * torch.export.Dim("rows", min=1, max=1024)} if height is None else {})
+    axes.update({2: step * torch.export.Dim("cols", min=1, max=1024)} if width is None else {})
+    return axes
+
+
 def _run_in_backend(backend, fmt, model_path, output):
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
     command = [sys.executable, "-m", "keras_vit.inference.serving", fmt, model_path, output]
@@ -75,13 +125,6 @@ def _run_in_backend(backend, fmt, model_path, output):
 def _torch_onnx(model, output):
     import torch
 
-    batch = torch.export.Dim("batch", min=1, max=4096)
-    axes = {0: batch}
-    height, width = model.inputs[0].shape[1:3]
-    if height is None or width is None:  # any size: the multiples of the patch (and stem) stride
-        step = _size_step(model)
-        axes.update({1: step * torch.export.Dim("rows", min=1, max=1024)} if height is None else {})
-        axes.update({2: step * torch.export.Dim("cols", min=1, max=1024)} if width is None else {})
     example = torch.zeros((2, *input_shapes(model)[0]))
     model.eval()
     program = torch.onnx.export(
@@ -90,35 +133,72 @@ def _torch_onnx(model, output):
         input_names=["images"],
         output_names=["predictions"],
         dynamo=True,
-        dynamic_shapes=((axes,),),
+        dynamic_shapes=((_torch_dims(model),),),
         verbose=False,
     )
     program.optimize()
     program.save(output)
 
 
+def _torch_program(model, output):
+    """Keras' `format="torch"` export with `_torch_dims`, traced at `input_shapes(model)[0]`."""
+    import torch
+
+    signature = [keras.InputSpec(shape=(None, *input_shapes(model)[0]), dtype="float32")]
+    # torch.einsum's opt_einsum path search reads the sizes, which would fix the height and width.
+    with torch.backends.opt_einsum.flags(enabled=False):
+        _keras_export(model, output, "torch", input_signature=signature, dynamic_shapes=_torch_dims(model))
+
+
+def _keras_export(model, output, fmt, **options):
+    """`model.export` to the file `output`, under a name with the ending Keras requires."""
+    suffix = SPECS[fmt].suffix
+    path = output if output.endswith(suffix) else output + suffix
+    try:
+        model.export(path, format=fmt, verbose=False, **options)
+        os.replace(path, output)
+    finally:
+        if path != output and os.path.exists(path):
+            os.remove(path)
+
+
 def _write(model, fmt, output):
     """Exports an in-memory model in this process; False if this backend cannot."""
     backend = keras.backend.backend()
+    if fmt == "onnx":
+        if _keras_onnx_converter():
+            model.export(output, format="onnx", verbose=False)
+            return True
+        if backend == "torch":
+            _torch_onnx(model, output)
+            return True
+        return False
+    if backend not in SPECS[fmt].writers:
+        return False
     if fmt == "saved_model":
-        if backend not in ("tensorflow", "jax"):
-            return False
         model.export(output, format="tf_saved_model", verbose=False)
-        return True
-    if _keras_onnx_converter():
-        model.export(output, format="onnx", verbose=False)
-        return True
-    if backend == "torch":
-        _torch_onnx(model, output)
-        return True
-    return False
+    elif fmt == "openvino":
+        os.makedirs(output)
+        model.export(os.path.join(output, "model.xml"), format="openvino", verbose=False)
+    elif fmt == "torch":
+        _torch_program(model, output)
+    else:
+        _keras_export(model, output, fmt)
+    return True
 
 
 def _mark(fmt, path):
     """Marks the export at `path` as keras_vit's, so that `is_export` recognises it."""
-    if fmt == "saved_model":
-        with open(os.path.join(path, SAVED_MODEL_MARK), "w", encoding="utf-8") as f:
-            json.dump({MARK: MARK_VALUE, "format": fmt}, f)
+    record = json.dumps({MARK: MARK_VALUE, "format": fmt})
+    if SPECS[fmt].entries:
+        with open(os.path.join(path, MARK_FILE), "w", encoding="utf-8") as f:
+            f.write(record)
+        return
+    if fmt == "torch":  # read back by torch.export.load(path, extra_files={MARK_FILE: ""})
+        with zipfile.ZipFile(path, "a") as archive:
+            archive.writestr(f"{archive.namelist()[0].split('/')[0]}/extra/{MARK_FILE}", record)
+        return
+    if fmt == "litert":
         return
     import onnx
 
@@ -129,17 +209,25 @@ def _mark(fmt, path):
 
 def is_export(fmt, path):
     """Whether `path` holds an earlier keras_vit export of `fmt` (which a new one may replace):
-    one that `export` marked, not merely any SavedModel or ONNX file."""
-    if fmt == "saved_model":
+    one that `export` marked, not merely any file of that format."""
+    spec = SPECS[fmt]
+    if spec.entries:
         entries = set(os.listdir(path)) if os.path.isdir(path) else set()
-        if not ("saved_model.pb" in entries and SAVED_MODEL_MARK in entries and entries <= SAVED_MODEL_ENTRIES):
+        if not ({REQUIRED_ENTRY[fmt], MARK_FILE} <= entries <= spec.entries):
             return False
         try:
-            with open(os.path.join(path, SAVED_MODEL_MARK), encoding="utf-8") as f:
+            with open(os.path.join(path, MARK_FILE), encoding="utf-8") as f:
                 return json.load(f).get(MARK) == MARK_VALUE
         except (OSError, ValueError, AttributeError):
             return False
-    if not os.path.isfile(path) or not _installed("onnx"):
+    if fmt == "torch":
+        try:
+            with zipfile.ZipFile(path) as archive:
+                name = next(n for n in archive.namelist() if n.endswith(f"/extra/{MARK_FILE}"))
+                return json.loads(archive.read(name)).get(MARK) == MARK_VALUE
+        except (OSError, ValueError, StopIteration, AttributeError, zipfile.BadZipFile):
+            return False
+    if fmt == "litert" or not os.path.isfile(path) or not _installed("onnx"):
         return False
     import onnx
     from google.protobuf.message import DecodeError
@@ -155,7 +243,8 @@ def check_output(fmt, output, model_path=None, overwrite=False):
     """Raises OSError unless `output` may receive a `fmt` export (see `files.check_target`);
     never the model file being exported, nor a folder holding it."""
     inputs = (model_path,) if model_path else ()
-    check_target(output, overwrite=overwrite, folder=fmt == "saved_model", replaceable=is_export(fmt, output), inputs=inputs)
+    folder = bool(SPECS[fmt].entries)
+    check_target(output, overwrite=overwrite, folder=folder, replaceable=is_export(fmt, output), inputs=inputs)
 
 
 def _installed(name):
@@ -171,16 +260,21 @@ def _keras_onnx_converter():
 
 def check_requirements(fmt, verify_outputs=True):
     """Raises ImportError (one clear line) if this environment cannot write (and verify) `fmt`."""
-    needed = ("tensorflow",) if fmt == "saved_model" else ("torch", "onnxscript", "onnx")
-    if fmt == "onnx" and _keras_onnx_converter():
-        needed = ("onnx",)
-    if fmt == "onnx" and verify_outputs:
-        needed += ("onnxruntime",)
+    if fmt not in SPECS:
+        raise ValueError(f"format={fmt!r}; expected one of {FORMATS}.")
+    spec = SPECS[fmt]
+    needed = ("onnx",) if fmt == "onnx" and _keras_onnx_converter() else spec.needs
+    if verify_outputs:
+        needed += spec.runtime
     missing = [name for name in needed if not _installed(name)]
     if missing:
+        why = ""
+        if "tensorflow" in missing and fmt in ("litert", "openvino"):
+            why = (f"; keras_vit writes {fmt} from the TensorFlow backend, the only one whose export keeps "
+                   "the input size dynamic (keras-team/keras#22996)")
         raise ImportError(
             f"Exporting to {fmt} needs the package(s) {', '.join(missing)}, which are not installed "
-            '(pip install "keras-vit[export]").'
+            f'(pip install "keras-vit[export]"){why}.'
         )
 
 
@@ -190,8 +284,6 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     `output` is replaced only by a complete, verified export, and only if it is an earlier
     export of `fmt` or `overwrite` is set. `quantize` ("int8", "float8", "int4") exports a
     quantized copy (see `keras_vit.training.quantization`), verified against that copy."""
-    if fmt not in FORMATS:
-        raise ValueError(f"format={fmt!r}; expected one of {FORMATS}.")
     model_path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
     check_requirements(fmt, verify_outputs)
     check_output(fmt, output, model_path, overwrite)
@@ -208,7 +300,7 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
                 if model_path is None:
                     model_path = os.path.join(folder, "model.keras")
                     model.save(model_path)
-                _run_in_backend("tensorflow" if fmt == "saved_model" else "torch", fmt, model_path, tmp)
+                _run_in_backend(SPECS[fmt].writers[0], fmt, model_path, tmp)
         _mark(fmt, tmp)
         if verify_outputs:
             try:
@@ -225,6 +317,26 @@ def run_exported(fmt, path, images):
 
         loaded = tf.saved_model.load(path)  # kept referenced while `serve` runs
         return np.asarray(loaded.serve(images))
+    if fmt == "litert":
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(model_path=path)
+        index = interpreter.get_input_details()[0]["index"]
+        interpreter.resize_tensor_input(index, images.shape)
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(index, images)
+        interpreter.invoke()
+        return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    if fmt == "openvino":  # CPUs with bfloat16 units otherwise compute in bfloat16
+        import openvino
+
+        compiled = openvino.Core().compile_model(os.path.join(path, "model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        return np.asarray(compiled(images)[0])
+    if fmt == "torch":
+        import torch
+
+        with torch.no_grad():
+            return torch.export.load(path).module()(torch.from_numpy(images)).numpy()
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])

@@ -10,12 +10,18 @@ layers named in `targets`:
     base = keras_vit.ViTB16(weights=..., classes=...)      # later: the same base model
     lora.load(base, "lora.npz")                            # LoRA enabled, A and B restored
     plain = lora.merged(base)                              # A @ B folded into the kernels
+    lora.save(model, "adapter", layout="peft")             # for PEFT on transformers' ViT
+    lora.convert("lora.npz", "vit.lora.h5", "kerashub")    # a file in another layout
+
+`load` reads every layout (`lora_layouts`): keras_vit's `.npz`, a PEFT adapter folder, a
+KerasHub `.lora.h5`.
 
 A model saved with `model.save` has the update folded into its kernels already (Keras'
 `Dense.save_own_variables`), so `best.keras` of a LoRA run is a plain ViT.
 """
 
 import json
+import os
 import zipfile
 
 import keras
@@ -27,6 +33,7 @@ from keras_vit.training.config import LORA_TARGETS, parse_lora_targets as parse_
 # Projection name (`config.LORA_TARGETS`) -> the `Linear` layers of each encoder block it covers.
 TARGETS = dict(zip(LORA_TARGETS, (("qkv",), ("out",), ("dense_0", "dense_1"))))
 HEAD_LAYERS = ("head", "pre_logits")
+LAYOUTS = ("npz", "peft", "kerashub")  # keras_vit's own file, Hugging Face PEFT's folder, KerasHub's .lora.h5
 
 
 def _target_layers(model, targets):
@@ -62,27 +69,83 @@ def _lora_layers(model):
     return [layer for layer in model._flatten_layers() if isinstance(layer, Linear) and layer.lora_enabled]
 
 
-def save(model, path):
-    """Writes the LoRA matrices (and the head, which LoRA fine-tuning trains too) of `model`
-    to an `.npz` file with the settings `load` needs."""
+def adapter(model):
+    """`(arrays, settings)` of `model`'s LoRA: its A and B matrices and the head (which LoRA
+    fine-tuning trains too) by variable path; rank, alpha, targets, head count and depth."""
     layers = _lora_layers(model)
     if not layers:
         raise ValueError(f"Model {model.name!r} has no LoRA layers (lora.enable first).")
     arrays = {v.path: keras.ops.convert_to_numpy(v) for lay in layers for v in (lay.lora_kernel_a, lay.lora_kernel_b)}
     arrays.update({v.path: keras.ops.convert_to_numpy(v) for v in model.get_layer("head").weights})
-    settings = getattr(model, "_lora", None) or {"rank": layers[0].lora_rank, "alpha": layers[0].lora_alpha}
-    np.savez(path, __settings__=json.dumps(settings), **arrays)
+    settings = dict(getattr(model, "_lora", None) or {"rank": layers[0].lora_rank, "alpha": layers[0].lora_alpha})
+    encoder = model.get_layer("encoder")
+    settings.update(num_heads=encoder.num_heads, depth=encoder.depth)
+    return arrays, settings
 
 
-def load(model, path):
-    """Enables LoRA on `model` (the base model the file was trained from) as recorded in the
-    `.npz` file written by `save`, and assigns its matrices and head."""
+def save(model, path, layout="npz"):
+    """Writes `model`'s LoRA (`adapter`) to `path` in `layout` (`LAYOUTS`); for "kerashub",
+    returns the calls that load it in KerasHub."""
+    return write(path, *adapter(model), layout=layout)
+
+
+def write(path, arrays, settings, layout="npz"):
+    """Writes an adapter's `(arrays, settings)` to `path` in `layout`: keras_vit's `.npz`, a
+    PEFT folder, a KerasHub `.lora.h5` (see `lora_layouts`; returns the calls that load it)."""
+    from keras_vit.training import lora_layouts
+
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r}; expected one of {LAYOUTS}.")
+    if layout == "npz":
+        np.savez(path, __settings__=json.dumps(settings), **arrays)
+    elif layout == "peft":
+        lora_layouts.write_peft(os.fspath(path), arrays, settings)
+    else:
+        return lora_layouts.write_kerashub(os.fspath(path), arrays, settings)
+
+
+def read(path):
+    """`(arrays, settings)` of a LoRA file or folder in any of `LAYOUTS`."""
+    from keras_vit.training import lora_layouts
+
+    path = os.fspath(path)
+    if lora_layouts.is_peft(path):
+        return lora_layouts.read_peft(path)
+    if path.endswith(lora_layouts.KERASHUB_SUFFIX):
+        return lora_layouts.read_kerashub(path)
     try:
         with np.load(path) as stored:
             settings = json.loads(str(stored["__settings__"]))
             arrays = {key: stored[key] for key in stored.files if key != "__settings__"}
     except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
-        raise ValueError(f"{path} is not a LoRA file written by keras_vit.training.lora.save ({error}).") from None
+        raise ValueError(f"{path} is not a LoRA file written by keras_vit.training.lora.save, a PEFT adapter folder "
+                         f"or a KerasHub .lora.h5 file ({error}).") from None
+    return arrays, settings
+
+
+def convert(src, dst, layout, overwrite=False):
+    """Writes the LoRA adapter `src` (any layout) to `dst` in `layout`, refusing an existing
+    `dst` unless `overwrite`; no model needed. Returns what `write` does."""
+    from keras_vit.files import atomic_path, check_target
+
+    check_target(dst, overwrite=overwrite, folder=layout == "peft", inputs=(os.fspath(src),))
+    arrays, settings = read(src)
+    with atomic_path(dst) as tmp:
+        loading = write(tmp if layout != "npz" else tmp + ".npz", arrays, settings, layout)
+        if layout == "npz":
+            os.replace(tmp + ".npz", tmp)
+    return loading
+
+
+def load(model, path):
+    """Enables LoRA on `model` (the base model the adapter was trained from) as recorded in the
+    adapter `path` (any of `LAYOUTS`), and assigns its matrices and head."""
+    arrays, settings = read(path)
+    encoder = model.get_layer("encoder")
+    for name in ("num_heads", "depth"):  # recorded by newer files, and by KerasHub's (depth)
+        if settings.get(name, getattr(encoder, name)) != getattr(encoder, name):
+            raise ValueError(f"{path} does not fit model {model.name!r}: its {name} is {settings[name]}, the "
+                             f"model's {getattr(encoder, name)}.")
     enable(model, settings["rank"], settings.get("targets", tuple(TARGETS)), settings["alpha"])
     variables = {v.path: v for v in model.weights}
     missing = sorted(set(arrays) - set(variables))
