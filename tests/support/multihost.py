@@ -52,8 +52,8 @@ def jax_env(port, hosts, index, backend="jax"):
     each; no launch variables for one host, or for another backend)."""
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1",
            "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
-    for name in ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID"):
-        env.pop(name, None)
+    for name in ("JOB_ADDRESSES", "NUM_PROCESSES", "PROCESS_ID"):
+        env.pop(f"KERAS_DISTRIBUTION_{name}", None)
     if hosts > 1:
         env.update(KERAS_DISTRIBUTION_JOB_ADDRESSES=f"127.0.0.1:{port}", KERAS_DISTRIBUTION_NUM_PROCESSES=str(hosts),
                    KERAS_DISTRIBUTION_PROCESS_ID=str(index))

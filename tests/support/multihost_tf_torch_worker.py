@@ -1,10 +1,11 @@
 """One process of a 2-process training run on 127.0.0.1 (for tests/training/test_multihost_tf_torch.py).
 
-Usage: python multihost_tf_torch_worker.py RUN_DIR REPORT [--kill-at STEP] [--host-timeout S] [--cli] (KERAS_BACKEND,
-TF_CONFIG or torchrun's variables set by the caller). Trains the tiny digits ViT of `FLAGS`
-with step checkpoints; `--kill-at` SIGKILLs this process after that step (as a host lost
-mid-run); `--host-timeout` replaces its 20 s; `--cli` runs `keras-vit train` instead of `train()`. REPORT-<rank>.json gets the
-run: per step, the logged loss and this process's own loss (from its local metric state).
+Usage: python multihost_tf_torch_worker.py RUN_DIR REPORT [--kill-at STEP] [--host-timeout S] [--cli]
+(KERAS_BACKEND, TF_CONFIG or torchrun's variables set by the caller). Trains the tiny digits
+ViT of `FLAGS` with step checkpoints; `--kill-at` SIGKILLs this process after that step (as a
+host lost mid-run); `--host-timeout` replaces its 20 s; `--cli` runs `keras-vit train` instead
+of `train()`. REPORT-<rank>.json gets the run: per step, the logged loss and this process's
+own loss (from its local metric state).
 The process dies (SIGALRM, not handled) after KERAS_VIT_TEST_LIMIT seconds, even when stuck
 in a collective.
 """

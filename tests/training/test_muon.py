@@ -13,7 +13,8 @@ from keras_vit.training import optim, recipe, train
 from tests.support.runs import EveryStep, saved_weights
 
 JIT = keras.backend.backend() == "jax"
-HIDDEN = {f"encoder/encoderblock_0/{name}/kernel" for name in ("attention/qkv", "attention/out", "mlp/dense_0", "mlp/dense_1")}
+HIDDEN = {f"encoder/encoderblock_0/{name}/kernel"
+          for name in ("attention/qkv", "attention/out", "mlp/dense_0", "mlp/dense_1")}
 LR, MOMENTUM, BETAS, DECAY = 0.05, 0.9, (0.8, 0.95), 0.1
 
 
@@ -32,7 +33,8 @@ def test_muon_takes_the_hidden_kernels_and_adamw_the_rest():
     model = _tiny()
     optimizer = _muon()
     optimizer.build(model.trainable_variables)
-    adamw = {v.path for v, velocity in zip(model.trainable_variables, optimizer.adam_velocities) if velocity is not None}
+    adamw = {v.path for v, velocity in zip(model.trainable_variables, optimizer.adam_velocities)
+             if velocity is not None}
     assert {v.path for v in model.trainable_variables} - adamw == HIDDEN
     # 2-D output layers by name: the heads (classifier, pre-logits, masked patch prediction)
     head = keras.layers.Dense(4, name="prediction_head")

@@ -44,7 +44,7 @@ def _reports(out, hosts=1):
     return [json.loads((out / f"host-{i}.json").read_text()) for i in range(hosts)]
 
 
-@pytest.mark.skipif(BACKEND != "jax", reason="drives JAX, PyTorch and several JAX hosts itself: runs under KERAS_BACKEND=jax")
+@pytest.mark.skipif(BACKEND != "jax", reason="drives JAX, PyTorch and 2 JAX hosts itself: runs under KERAS_BACKEND=jax")
 def test_a_run_moves_between_backends_and_host_counts(tmp_path):
     runs = {name: tmp_path / name for name in ("one", "two", "unmoved", "torch", "one_to_two", "two_to_one", "batch")}
     outs = {name: tmp_path / f"{name}.out" for name in runs}
