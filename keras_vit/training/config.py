@@ -12,7 +12,7 @@ from keras_vit import fields
 from keras_vit.fields import option
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS
 
-OPTIMIZERS = ("sgd", "adam", "adamw")
+OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
 SCHEDULES = ("cosine", "linear", "constant")
 LR_SCALINGS = ("none", "linear", "sqrt")
 PRECISIONS = ("auto", "float32", "tf32", "mixed_bfloat16", "mixed_float16")
@@ -137,7 +137,9 @@ class TrainConfig:
     epochs: int = option(10, "epochs (ignored when steps is set)", group=OPTIMISATION, interval="[1, inf)")
     steps: Optional[int] = option(
         None, "total optimizer steps (overrides epochs)", group=OPTIMISATION, interval="[1, inf)")
-    optimizer: str = option("sgd", "sgd, adam or adamw", group=OPTIMISATION, choices=OPTIMIZERS)
+    optimizer: str = option(
+        "sgd", "sgd, adam, adamw or muon (Keras' Muon for the hidden kernels, its AdamW step for embeddings, head, "
+        "norms and biases)", group=OPTIMISATION, choices=OPTIMIZERS)
     learning_rate: float = option(
         0.003, "peak learning rate (at reference_batch_size when lr_scaling is set)", group=OPTIMISATION,
         interval="[0, inf)")
@@ -146,9 +148,11 @@ class TrainConfig:
         group=OPTIMISATION, choices=LR_SCALINGS)
     reference_batch_size: int = option(
         512, "the batch size learning_rate was tuned for", group=OPTIMISATION, interval="[1, inf)")
-    momentum: float = option(0.9, "SGD momentum", group=OPTIMISATION, interval="[0, 1)")
-    beta_1: float = option(0.9, "Adam beta_1", group=OPTIMISATION, interval="[0, 1)")
-    beta_2: float = option(0.999, "Adam beta_2", group=OPTIMISATION, interval="[0, 1)")
+    momentum: float = option(
+        0.9, "SGD momentum; Muon's (Nesterov) momentum (Muon's own default: 0.95)", group=OPTIMISATION,
+        interval="[0, 1)")
+    beta_1: float = option(0.9, "Adam beta_1 (also Muon's AdamW step)", group=OPTIMISATION, interval="[0, 1)")
+    beta_2: float = option(0.999, "Adam beta_2 (also Muon's AdamW step)", group=OPTIMISATION, interval="[0, 1)")
     weight_decay: float = option(
         0.0, "decoupled weight decay (not on biases, norms, class token, position embeddings)",
         group=OPTIMISATION, interval="[0, inf)")
@@ -212,6 +216,8 @@ class TrainConfig:
             missing = [key for key in ARCHITECTURE_KEYS if getattr(self, key) is None]
             if missing:
                 raise ValueError(f"model='custom' needs {', '.join(missing)}.")
+        if self.layer_decay is not None and self.optimizer == "muon":
+            raise ValueError("layer_decay works with optimizer sgd, adam or adamw, not muon; set layer_decay=none.")
         if self.lora_rank and self.linear_probe:
             raise ValueError("lora_rank and linear_probe exclude each other: LoRA trains the head too.")
         if self.batch_size % self.accumulation_steps:

@@ -52,7 +52,8 @@ def _averaging_class(cls):
 # Optimizer class -> its averaging class (registered, so a saved compiled model loads).
 AVERAGING = {
     cls: _averaging_class(cls)
-    for cls in (keras.optimizers.SGD, keras.optimizers.Adam, keras.optimizers.AdamW, *LAYER_DECAY_OPTIMIZERS.values())
+    for cls in (keras.optimizers.SGD, keras.optimizers.Adam, keras.optimizers.AdamW, keras.optimizers.Muon,
+                *LAYER_DECAY_OPTIMIZERS.values())
 }
 
 

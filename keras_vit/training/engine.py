@@ -164,6 +164,8 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     train_model.optimizer.build(train_model.trainable_variables)
     fingerprint = {key: getattr(config, key) for key in (*FINGERPRINT, *task.resume_fields)}
     fingerprint["data"] = source.name
+    if augmentation.mixes_labels:  # each process draws the MixUp / CutMix of its part of a batch
+        fingerprint["mixup_cutmix_processes"] = plan.part[0]
     state = checkpointing.RunState(
         config.run_dir,
         setup.model,

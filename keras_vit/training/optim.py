@@ -11,6 +11,13 @@ from keras_vit.training.config import LR_SCALINGS, OPTIMIZERS, SCHEDULES
 # Not decayed by AdamW: biases, LayerNorm scales / offsets, the class token and position embeddings.
 NO_DECAY = ("bias", "gamma", "beta", "cls", "pos_embedding")
 
+# Muon (`keras.optimizers.Muon`) orthogonalises the updates of the 2-D hidden kernels (attention
+# and MLP); its AdamW step takes the rest, as Keras and timm split them: Keras sends every variable
+# that is not 2-D (patch-embedding kernel, class token, position embeddings, norms, biases) and
+# every "embedding" to AdamW, and these path patterns add the 2-D output layers (the classifier
+# and pre-logits heads, the masked patch prediction head).
+MUON_ADAMW_LAYERS = (r"(^|/|_)head/", r"(^|/)pre_logits/")
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -109,7 +116,9 @@ def build_optimizer(
 
     `lr_scales` (`{variable path: scale}`, e.g. `layer_decay.layer_scales`) multiplies
     those variables' learning rates (see `keras_vit.training.layer_decay`); `ema_decay` > 0
-    keeps an exponential average of the trained weights (see `keras_vit.training.ema`)."""
+    keeps an exponential average of the trained weights (see `keras_vit.training.ema`).
+    "muon": Keras' Muon with `momentum` (Nesterov) for the hidden kernels and its AdamW step
+    (`beta_1`, `beta_2`) for the rest (`MUON_ADAMW_LAYERS`), one `weight_decay` for both."""
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer={name!r}; expected one of {OPTIMIZERS}.")
     if accumulation_steps < 1:
@@ -121,9 +130,10 @@ def build_optimizer(
         global_clipnorm=clipnorm or None,
         gradient_accumulation_steps=accumulation_steps if accumulation_steps > 1 else None,
     )
-    if weight_decay or name == "adamw":  # AdamW's own default decay is not 0: always pass ours
+    if weight_decay or name in ("adamw", "muon"):  # their own default decay is not 0: always pass ours
         common["weight_decay"] = weight_decay
-    classes = {"sgd": keras.optimizers.SGD, "adam": keras.optimizers.Adam, "adamw": keras.optimizers.AdamW}
+    classes = {"sgd": keras.optimizers.SGD, "adam": keras.optimizers.Adam, "adamw": keras.optimizers.AdamW,
+               "muon": keras.optimizers.Muon}
     if lr_scales:
         classes = layer_decay.OPTIMIZERS
         common["lr_scales"] = lr_scales
@@ -133,6 +143,9 @@ def build_optimizer(
         common.update(use_ema=True, ema_momentum=ema_decay)
     if name == "sgd":
         optimizer = cls(momentum=momentum, **common)
+    elif name == "muon":
+        optimizer = cls(momentum=momentum, adam_beta_1=beta_1, adam_beta_2=beta_2, adam_weight_decay=weight_decay,
+                        exclude_layers=list(MUON_ADAMW_LAYERS), **common)
     else:
         optimizer = cls(beta_1=beta_1, beta_2=beta_2, **common)
     if weight_decay:

@@ -1,10 +1,11 @@
 """One process of a 2-process training run on 127.0.0.1 (for tests/training/test_multihost_tf_torch.py).
 
-Usage: python multihost_worker.py RUN_DIR REPORT [--kill-at STEP] [--cli] (KERAS_BACKEND,
-TF_CONFIG or torchrun's variables set by the caller). Trains the tiny digits ViT of `FLAGS`
-with step checkpoints; `--kill-at` SIGKILLs this process after that step (as a host lost
-mid-run); `--cli` runs `keras-vit train` instead of `train()`. REPORT-<rank>.json gets the
-run: per step, the logged loss and this process's own loss (from its local metric state).
+Usage: python multihost_tf_torch_worker.py RUN_DIR REPORT [--kill-at STEP] [--host-timeout S] [--cli]
+(KERAS_BACKEND, TF_CONFIG or torchrun's variables set by the caller). Trains the tiny digits
+ViT of `FLAGS` with step checkpoints; `--kill-at` SIGKILLs this process after that step (as a
+host lost mid-run); `--host-timeout` replaces its 20 s; `--cli` runs `keras-vit train` instead
+of `train()`. REPORT-<rank>.json gets the run: per step, the logged loss and this process's
+own loss (from its local metric state).
 The process dies (SIGALRM, not handled) after KERAS_VIT_TEST_LIMIT seconds, even when stuck
 in a collective.
 """
@@ -20,7 +21,9 @@ FLAGS = {
 }
 
 
-def main(run_dir, report_path, kill_at=None, cli=False):
+def main(run_dir, report_path, kill_at=None, cli=False, host_timeout=None):
+    if host_timeout is not None:
+        FLAGS["host_timeout"] = host_timeout
     strategy = "multi_worker" if os.environ["KERAS_BACKEND"] == "tensorflow" else "torch_ddp"
     if cli:
         from keras_vit.cli import main as keras_vit
@@ -61,4 +64,5 @@ if __name__ == "__main__":
     signal.alarm(int(os.environ.get("KERAS_VIT_TEST_LIMIT", "240")))
     args = sys.argv[1:]
     kill = int(args[args.index("--kill-at") + 1]) if "--kill-at" in args else None
-    sys.exit(main(args[0], args[1], kill, "--cli" in args))
+    timeout = float(args[args.index("--host-timeout") + 1]) if "--host-timeout" in args else None
+    sys.exit(main(args[0], args[1], kill, "--cli" in args, timeout))

@@ -1,14 +1,14 @@
 """JAX multi-host training as 2 processes on 127.0.0.1, host loss, and run-state names.
 
 The multi-process test runs tests/support/multihost_worker.py twice per host, each child under a
-hard `timeout -s KILL`: a peer killed mid-run must end the survivor in bounded time with one
-line and an intact checkpoint, and both hosts then resume from it to the same weights.
+hard `timeout -s KILL` (tests/support/multihost.py): a peer killed mid-run must end the survivor
+within 30 s with one line and an intact checkpoint, and both hosts then resume from it to the
+same weights.
 """
 
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,65 +21,33 @@ import pytest
 from keras_vit.training import checkpointing, pipeline
 from keras_vit.training.parallel import hosts, run_agreement
 from keras_vit.training.data import from_arrays
+from tests.support import multihost
 
 BACKEND = keras.backend.backend()
-WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "multihost_worker.py")
-
-
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _launch(run_dir, out, hosts=2, limit=300, **overrides):
-    port = _free_port()
-    procs = []
-    for index in range(hosts):
-        env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1",
-               "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-               "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{port}", "KERAS_DISTRIBUTION_NUM_PROCESSES": str(hosts),
-               "KERAS_DISTRIBUTION_PROCESS_ID": str(index)}
-        command = [sys.executable, WORKER, str(run_dir), str(out / f"host-{index}.json"),
-                   *(f"{k}={v}" for k, v in overrides.items())]
-        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        proc.deadline = time.monotonic() + limit  # the hard limit _wait enforces
-        procs.append(proc)
-    return procs
-
-
-def _wait(procs):
-    """`(exit code, stderr)` of each process; one past its limit is killed (by its pid)."""
-    results = []
-    for proc in procs:
-        try:
-            err = proc.communicate(timeout=max(0.1, proc.deadline - time.monotonic()))[1]
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            err = proc.communicate()[1]
-        results.append((proc.returncode, err))
-    return results
+LIMIT = 240  # seconds any child may live
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="JAX multi-process: runs under KERAS_BACKEND=jax")
 def test_jax_two_hosts_lose_one_then_resume_to_the_same_weights(tmp_path):
+    """Host 1 is SIGKILLed after step 5; host 0's next all-reduce fails ("Connection reset by
+    peer"): it exits 75 within 30 s, not after host_timeout (300 s), with one line naming host
+    1 and the state of step 4 intact; both hosts then resume from it to the same weights."""
     run_dir = tmp_path / "run"
-    procs = _launch(run_dir, tmp_path, checkpoint_every=2, host_timeout=6)
-    state = run_dir / "checkpoint" / "state.json"
-    deadline = time.monotonic() + 240
-    while not state.exists() and time.monotonic() < deadline and procs[1].poll() is None:
-        time.sleep(0.2)
-    assert state.exists(), _wait(procs)[0][1][-3000:]  # a step checkpoint was written (no deadlock)
-    procs[1].send_signal(signal.SIGKILL)  # host 1 is lost, its own process by pid
+    procs = multihost.jax_hosts(run_dir, str(tmp_path), limit=LIMIT, checkpoint_every=2, host_timeout=300,
+                                extra={1: ["kill_at=5"]})
+    (lost_code, lost_out), = multihost.finish(procs[1:])  # host 1 is gone ...
     killed = time.monotonic()
-    (code, err), _ = _wait(procs)
-    assert code == 75 and time.monotonic() - killed < 40, err[-3000:]
-    lines = [line for line in err.splitlines() if line.startswith("keras-vit:")]
-    assert len(lines) == 1 and "host 1 (" in lines[0] and "rerun the same command" in lines[0], err[-3000:]
-    saved = json.loads(state.read_text())
-    assert saved["step"] > 0 and (run_dir / "checkpoint" / saved["weights"]).exists()
+    (code, out), = multihost.finish(procs[:1], deadline=killed + 60)  # ... and host 0 must follow
+    assert lost_code in (-signal.SIGKILL, 128 + signal.SIGKILL), lost_out[-3000:]
+    assert code == hosts.EXIT_HOST_LOST and time.monotonic() - killed < 30, out[-3000:]
+    lines = [line for line in out.splitlines() if line.startswith("keras-vit:")]
+    assert len(lines) == 1 and "host 1 (" in lines[0] and "Connection reset by peer" in lines[0], out[-3000:]
+    assert "the last good state is step 4" in lines[0] and "rerun the same command" in lines[0]
+    saved = json.loads((run_dir / "checkpoint" / "state.json").read_text())
+    assert saved["step"] == 4 and (run_dir / "checkpoint" / saved["weights"]).exists()
 
-    results = _wait(_launch(run_dir, tmp_path, checkpoint_every=2, host_timeout=6))
+    results = multihost.finish(multihost.jax_hosts(run_dir, str(tmp_path), limit=LIMIT, checkpoint_every=2,
+                                                   host_timeout=6))
     assert [code for code, _ in results] == [0, 0], results[0][1][-3000:] + results[1][1][-3000:]
     first, second = (json.loads((tmp_path / f"host-{i}.json").read_text()) for i in range(2))
     assert first["resumed_from"] == saved["step"] and first["steps"] == second["steps"] > saved["step"]
@@ -208,3 +176,67 @@ def test_sigterm_ends_a_stuck_process_in_bounded_time_with_one_line(tmp_path, co
         f"keras-vit: {line}; host 0 of {count} stops: no step checkpoint had been saved yet (a rerun starts over)."]
     if count > 1:  # the peers learn it from the heartbeat and stop too
         assert json.loads((tmp_path / "hosts" / "host-0.json").read_text())["status"] == "terminated"
+
+
+JAX_RESET = ("UNKNOWN: Gloo all-reduce failed: [external/gloo/gloo/transport/tcp/pair.cc:538] Read error "
+             "[127.0.0.1]:42674: Connection reset by peer")  # what the survivor of test_jax_two_hosts_... gets
+TORCH_RESET = ("[third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:16789: Connection reset "
+               "by peer. This is typically caused by a remote worker hanging or bugs in the application.")
+
+
+class _Clock:
+    """`time` for `hosts` with no waiting: `sleep` moves `monotonic` on and calls `tick(now)`."""
+
+    def __init__(self, tick):
+        self.now, self.tick = 1000.0, tick
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+        self.tick(self.now)
+
+
+def _fail(tmp_path, monkeypatch, capsys, error, peer_beats=False):
+    """Host 0 of 2 (host_timeout 300 s: a heartbeat every 10 s) fails with `error`; host 1's
+    heartbeat stays at beat 3, or moves every 10 s. `(exit code, seconds it took, its line)`."""
+    watch = hosts.Watch(str(tmp_path), 0, 2, timeout=300)
+    os.makedirs(watch.folder)
+
+    def beat(now, count=[3]):
+        if peer_beats and now % 10 < 1:
+            count[0] += 1
+        hosts._write(watch._path(1), {"index": 1, "host": "peer", "pid": 7, "beat": count[0], "status": "running"})
+
+    clock = _Clock(beat)
+    beat(clock.now)
+    monkeypatch.setattr(hosts, "time", clock)
+    monkeypatch.setattr(hosts.os, "_exit", lambda code: (_ for _ in ()).throw(SystemExit(code)))
+    with pytest.raises(SystemExit) as exited:
+        watch.fail(f"{type(error).__name__}: {error}", 1, hosts.peer_gone(error))
+    return exited.value.code, clock.now - 1000.0, capsys.readouterr().err.strip()
+
+
+@pytest.mark.parametrize("message", [JAX_RESET, TORCH_RESET])
+def test_a_broken_connection_names_the_silent_peer_within_15_s_not_host_timeout(tmp_path, monkeypatch, capsys, message):
+    code, took, line = _fail(tmp_path, monkeypatch, capsys, RuntimeError(message))
+    assert code == hosts.EXIT_HOST_LOST and took <= 17
+    assert line.startswith("keras-vit: host 1 (peer, pid 7) sent no heartbeat for 16 s (lost) (here: RuntimeError: ")
+    assert "Connection reset by peer" in line and line.endswith("host 0 of 2 stops: no step checkpoint had been saved "
+                                                                "yet (a rerun starts over).")
+
+
+def test_a_broken_connection_with_every_peer_beating_still_ends_this_host(tmp_path, monkeypatch, capsys):
+    code, took, line = _fail(tmp_path, monkeypatch, capsys, RuntimeError(TORCH_RESET), peer_beats=True)
+    assert code == hosts.EXIT_HOST_LOST and took <= 17
+    assert line.startswith("keras-vit: a peer's connection broke (here: RuntimeError: [third_party/gloo")
+
+
+def test_another_error_with_a_silent_peer_still_waits_for_host_timeout(tmp_path, monkeypatch, capsys):
+    """Without a broken connection a silent peer may only be slow: lost after host_timeout."""
+    code, took, line = _fail(tmp_path, monkeypatch, capsys, RuntimeError("INTERNAL: an all-reduce timed out"))
+    assert not hosts.peer_gone(RuntimeError("DEADLINE_EXCEEDED: barrier timed out"))
+    assert code == hosts.EXIT_HOST_LOST and 300 < took <= 302
+    assert line.startswith("keras-vit: host 1 (peer, pid 7) sent no heartbeat for 301 s (lost) (here: RuntimeError: "
+                           "INTERNAL: an all-reduce timed out)")

@@ -12,8 +12,6 @@ own); the test ends only those sessions.
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 
@@ -21,19 +19,11 @@ import keras
 import numpy as np
 import pytest
 
+from tests.support import multihost
+
 BACKEND = keras.backend.backend()
 WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "multihost_tf_torch_worker.py")
 LIMIT = 240  # seconds any child may live
-
-
-def _ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _env(**extra):
@@ -47,20 +37,7 @@ def _env(**extra):
 
 def _run_all(launches):
     """Starts `(command, env)` pairs together; waits for all; `[(exit code, output)]`."""
-    procs = [
-        subprocess.Popen(["timeout", "-s", "KILL", str(LIMIT), *command], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        for command, env in launches
-    ]
-    results = []
-    for proc in procs:
-        try:
-            out, _ = proc.communicate(timeout=LIMIT + 10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate(timeout=30)
-        results.append((proc.returncode, out))
-    return results
+    return multihost.finish([multihost.start(command, env, LIMIT) for command, env in launches])
 
 
 def _reports(prefix):
@@ -68,7 +45,7 @@ def _reports(prefix):
 
 
 def _tf_workers(run_dirs, report, *flags):
-    ports = _ports(2)
+    ports = multihost.free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
     return [
         ([sys.executable, WORKER, run_dir, report, *flags],
@@ -79,10 +56,21 @@ def _tf_workers(run_dirs, report, *flags):
 
 def _torch_nodes(run_dirs, report, *flags):
     """Two `torchrun --nnodes=2 --nproc_per_node=1` agents meeting on 127.0.0.1."""
-    (port,) = _ports(1)
+    (port,) = multihost.free_ports(1)
     return [
         ([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", f"--node-rank={rank}",
           "--master-addr=127.0.0.1", f"--master-port={port}", WORKER, run_dir, report, *flags], _env())
+        for rank, run_dir in enumerate(run_dirs)
+    ]
+
+
+def _torch_processes(run_dirs, report, *flags):
+    """Two processes of one gloo group, given torchrun's variables directly (no agent between
+    the test and their exit codes)."""
+    (port,) = multihost.free_ports(1)
+    return [
+        ([sys.executable, WORKER, run_dir, report, *flags],
+         _env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
         for rank, run_dir in enumerate(run_dirs)
     ]
 
@@ -168,13 +156,37 @@ def test_torch_ddp_kill_resume_global_metrics_and_separate_folders(tmp_path):
     assert os.path.exists(os.path.join(shared, "final.keras")) and os.path.exists(os.path.join(shared, "log.csv"))
 
 
-@pytest.mark.skipif(BACKEND not in ("tensorflow", "torch"), reason="TF multi_worker / torch DDP processes")
+@pytest.mark.skipif(BACKEND != "torch", reason="torch.distributed with gloo: runs under KERAS_BACKEND=torch")
+def test_a_killed_torch_process_ends_the_survivor_within_30_s(tmp_path):
+    """Process 1 is SIGKILLed after step 7; process 0's next all-reduce fails ("Connection reset
+    by peer"): it exits 75 within 30 s, not after host_timeout (300 s), naming host 1, with the
+    step-5 checkpoint intact, and the two resume from it."""
+    run = str(tmp_path / "run")
+    launches = _torch_processes([run, run], str(tmp_path / "dead"), "--host-timeout", "300")
+    launches[1][0].extend(["--kill-at", "7"])
+    survivor, lost = (multihost.start(command, env, LIMIT) for command, env in launches)
+    (lost_code, lost_out), = multihost.finish([lost])
+    killed = time.monotonic()
+    (code, out), = multihost.finish([survivor], deadline=killed + 60)
+    assert lost_code in (-signal.SIGKILL, 128 + signal.SIGKILL), lost_out[-3000:]
+    assert code == 75 and time.monotonic() - killed < 30, out[-3000:]
+    lines = [line for line in out.splitlines() if line.startswith("keras-vit:")]
+    assert len(lines) == 1 and "host 1 (" in lines[0] and "Connection reset by peer" in lines[0], out[-3000:]
+    assert "the last good state is step 5" in lines[0]
+    state = json.load(open(os.path.join(run, "checkpoint", "state.json")))
+    assert state["step"] == 5 and os.path.exists(os.path.join(run, "checkpoint", state["weights"]))
+    resumed = _run_all(_torch_processes([run, run], str(tmp_path / "r")))
+    assert [code for code, _ in resumed] == [0, 0], resumed[0][1][-3000:] + resumed[1][1][-3000:]
+    assert [report["resumed_from"] for report in _reports(str(tmp_path / "r"))] == [5, 5]
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="MultiWorkerMirroredStrategy: runs under KERAS_BACKEND=tensorflow")
 def test_a_dead_peer_ends_the_survivor_in_bounded_time_with_one_line(tmp_path):
     """Process 1 is killed after step 7; process 0, blocked in its next collective, must exit
     non-zero within the worker's host_timeout (20 s) plus slack, saying which host was lost,
     with the step-5 checkpoint intact."""
     run = str(tmp_path / "run")
-    launches = (_tf_workers if BACKEND == "tensorflow" else _torch_nodes)([run, run], str(tmp_path / "dead"))
+    launches = _tf_workers([run, run], str(tmp_path / "dead"))
     launches[1][0].extend(["--kill-at", "7"])
     started = time.monotonic()
     (code, out), _ = _run_all(launches)

@@ -8,6 +8,13 @@ prints one line naming that host and what is left to resume from, and exits with
 `EXIT_HOST_LOST` at once (from the thread: the main one may be stuck in a collective). The
 checkpoint files are replaced only by atomic renames, so the last good state stays intact.
 
+A collective that fails because a peer's connection broke ("Connection reset by peer", Gloo,
+NCCL, gRPC: `PEER_GONE`) needs no `timeout`: the peer is gone, not slow. The process that got
+the error names the peer whose heartbeat stops within `PEER_GONE_BEATS` heartbeat intervals
+(at most 15 s) and exits with `EXIT_HOST_LOST`; its last heartbeat ("failed") stops the other
+processes within one more interval. A peer that falls silent without breaking a connection
+still counts as lost only after `timeout`.
+
 SIGTERM (Slurm's `scancel`, TPU maintenance, `docker stop`): one process saves its state at
 the end of the step, then exits with `EXIT_TERMINATED`; on several processes a save would
 need every peer, so each exits at once without writing (its peers then stop too); the state
@@ -34,6 +41,16 @@ import keras
 EXIT_HOST_LOST = 75  # EX_TEMPFAIL: rerun (resume) once the hosts are back
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 FOLDER = "hosts"
+# What a collective's error says (lower case) when a peer's connection broke: the peer is gone.
+PEER_GONE = ("connection reset by peer", "connection closed by peer", "closed by remote peer", "broken pipe",
+             "socket closed")
+PEER_GONE_BEATS = 1.5  # heartbeat intervals a peer may be silent after such an error before it counts as gone
+
+
+def peer_gone(error):
+    """Whether the exception `error` says that a peer's connection broke (`PEER_GONE`)."""
+    text = str(error).lower()
+    return any(words in text for words in PEER_GONE)
 
 
 def _write(path, payload):
@@ -67,6 +84,7 @@ class Watch(keras.callbacks.Callback):
             raise ValueError(f"host_timeout={timeout} must be > 0 seconds.")
         self.folder = os.path.join(run_dir, FOLDER)
         self.index, self.count, self.timeout = index, count, float(timeout)
+        self.interval = min(10.0, self.timeout / 10)  # between heartbeats
         self.state = state
         self.allgather = allgather
         self.beats = 0
@@ -103,7 +121,7 @@ class Watch(keras.callbacks.Callback):
         os._exit(code)
 
     def _run(self):
-        interval = min(10.0, self.timeout / 10)
+        interval = self.interval
         seen = {peer: (None, time.monotonic()) for peer in range(self.count) if peer != self.index}
         while True:
             # the C-level signal handler writes SIGTERM to the pipe even while the main
@@ -122,12 +140,13 @@ class Watch(keras.callbacks.Callback):
                 self._beat()
             lost = self._lost_peer(seen, now)
             if lost:
-                self._exit(EXIT_HOST_LOST, lost[1])
+                self._exit(EXIT_HOST_LOST, lost[2])
 
-    def _lost_peer(self, seen, now):
-        """Updates `seen` ({peer: (last beat, since)}) from the peers' heartbeats; `(status,
-        line)` of the first peer that stopped ("failed", "exited", "terminated") or fell
-        silent ("lost"), else None."""
+    def _lost_peer(self, seen, now, silence=None):
+        """Updates `seen` ({peer: (last beat, since)}) from the peers' heartbeats; `(peer,
+        status, line)` of the first peer that stopped ("failed", "exited", "terminated") or fell
+        silent for `silence` seconds (`timeout` if None: "lost"), else None."""
+        silence = self.timeout if silence is None else silence
         for peer, (last, since) in list(seen.items()):
             report = _read(self._path(peer)) or {}
             name = f"host {peer} ({report.get('host', '?')}, pid {report.get('pid', '?')})"
@@ -135,27 +154,34 @@ class Watch(keras.callbacks.Callback):
             if status == "finished":
                 del seen[peer]
             elif status not in (None, "running"):
-                return status, f"{name} {status}: {report.get('why', '')}"
+                return peer, status, f"{name} {status}: {report.get('why', '')}"
             elif report.get("beat") != last:
                 seen[peer] = (report.get("beat"), now)
-            elif now - since > self.timeout:
-                return "lost", f"{name} {'never started' if last is None else f'sent no heartbeat for {now - since:.0f} s (lost)'}"
+            elif now - since > silence:
+                return peer, "lost", f"{name} {'never started' if last is None else f'sent no heartbeat for {now - since:.0f} s (lost)'}"
         return None
 
-    def fail(self, line, code):
+    def fail(self, line, code, gone=False):
         """This process failed with `line` (several processes): tells the peers, then exits
         with one line, naming the cause where a peer was lost or stopped (the collective a
-        peer leaves fails on the others, or waits for it)."""
+        peer leaves fails on the others, or waits for it). `gone`: the error said a peer's
+        connection broke (`peer_gone`): the lost peer is the one silent for `PEER_GONE_BEATS`
+        heartbeat intervals, and this process exits with `EXIT_HOST_LOST` by then."""
         self.stop("failed", line)
+        patience = PEER_GONE_BEATS * self.interval if gone else self.timeout
         started = time.monotonic()
         seen = {peer: (None, started) for peer in range(self.count) if peer != self.index}
-        while seen and time.monotonic() - started <= self.timeout + 1:
-            lost = self._lost_peer(seen, time.monotonic())
-            if lost and lost[0] in ("lost", "terminated"):
-                self._exit(EXIT_HOST_LOST, f"{lost[1]} (here: {line})", "failed")
-            if lost:  # the peers know and stop: this process's own error is the news
+        while seen and time.monotonic() - started <= patience + 1:
+            lost = self._lost_peer(seen, time.monotonic(), patience)
+            if lost and lost[1] in ("lost", "terminated"):
+                self._exit(EXIT_HOST_LOST, f"{lost[2]} (here: {line})", "failed")
+            if lost and not gone:  # the peers know and stop: this process's own error is the news
                 break
-            time.sleep(min(1.0, self.timeout / 10))
+            if lost:  # a peer that stopped too (its connection broke as well): look on for the one gone
+                del seen[lost[0]]
+            time.sleep(min(1.0, self.interval))
+        if gone:
+            self._exit(EXIT_HOST_LOST, f"a peer's connection broke (here: {line})", "failed")
         print(f"keras-vit: host {self.index} of {self.count} failed: {line}", file=sys.stderr, flush=True)
         os._exit(code)
 
@@ -230,7 +256,7 @@ def watching(run_dir, plan, timeout, state=None):
     except BaseException as error:
         line = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         if plan.processes > 1:  # exiting normally would wait for the peers at the backend's shutdown
-            watch.fail(line, 2 if isinstance(error, ValueError) else 1)
+            watch.fail(line, 2 if isinstance(error, ValueError) else 1, peer_gone(error))
         watch.stop("failed", line)
         raise
     watch.stop()
