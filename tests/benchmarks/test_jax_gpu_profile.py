@@ -16,11 +16,13 @@ SCRIPT = os.path.join(BENCHMARKS, "jax_gpu_profile.py")
 @pytest.mark.skipif(BACKEND != "jax", reason="the script measures the JAX backend only")
 def test_variants_against_the_plain_jax_vit_with_their_programs():
     command = [sys.executable, SCRIPT, "--variant", "ViTTi16", "--resolution", "32", "--batch", "2", "--steps", "1",
-               "--rounds", "1", "--modes", "inference", "--keras-variants", "shipped", "bf16 stream"]
+               "--rounds", "1", "--modes", "inference", "--keras-variants", "shipped", "bf16 stream",
+               "Pallas dense+GELU"]
     run = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     rows = dict(re.findall(r"^\| inference: (.+?) \| [\d,]+ \| ([\d.]+)x \|$", run.stdout, flags=re.M))
-    assert set(rows) == {"keras_vit shipped", "keras_vit bf16 stream", "jax_vit"} and rows["jax_vit"] == "1.00"
+    assert set(rows) == {"keras_vit shipped", "keras_vit bf16 stream", "keras_vit Pallas dense+GELU", "jax_vit"}
+    assert rows["jax_vit"] == "1.00"
     assert re.search(r"^inference: keras_vit shipped: .*fusion \d+", run.stdout, flags=re.M)  # the program's census
     # no GPU here: Keras says why its attention is XLA's, and the padded cuDNN probe declines
     assert re.search(r"^Keras' inference attention for q/k/v \(2, 5, 3, 64\): XLA attention \(", run.stdout, flags=re.M)
