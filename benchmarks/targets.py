@@ -8,8 +8,9 @@ resident on the device, AdamW, exact GELU everywhere, Keras models through `fit`
 The rows run in waves: the workers of a wave start together, so that their compilations share
 the host's cores (idle PyTorch workers give their cached GPU memory back), then take turns for
 `--rounds` rounds of `--steps` steps. Warm-ups overlap within a wave: compare a warm-up with
-the others of its wave only. Every row has its own time limit (the worker is killed past it
-and the row reported as such), cut to what is left of `--budget`. Beside the first wave,
+the others of its wave only. Every row has its own time limit to be ready (the worker is
+killed past it, or past `TURN_LIMIT` in a timed turn, and the row reported as such), cut to
+what is left of `--budget`. Beside the first wave,
 `bf16_error.py` runs on each of `--errors` (float32 against float64, mixed_bfloat16 against
 transformers under autocast). The JSON (`--json`) is rewritten after every wave; the ratios
 against the issue's targets are printed last.
@@ -69,11 +70,13 @@ WARMUP_TARGETS = (  # at most this many times the reference's warm-up
     ("B/16 training warm-up, PyTorch jit_compile / timm compiled", ("keras_vit/torch/compiled", "ViTB16", "training"), ("timm/compiled", "ViTB16", "training"), 1.5),
     ("L/16 training warm-up, PyTorch jit_compile / timm compiled", ("keras_vit/torch/compiled", "ViTL16", "training"), ("timm/compiled", "ViTL16", "training"), 1.5),
 )
+TURN_LIMIT = 120
 ERROR_LINES = {"float32": "keras_vit float32", "mixed_bfloat16": "keras_vit mixed_bfloat16", "autocast": "transformers autocast bf16"}
 
 
 class Row:
-    """One worker of a wave, killed when its time limit passes."""
+    """One worker of a wave, killed when it is not ready within its time limit or a timed turn
+    takes longer than `TURN_LIMIT` seconds."""
 
     def __init__(self, spec, args, limit):
         self.framework, self.variant, self.batch, self.mode, _ = spec
@@ -86,11 +89,22 @@ class Row:
         self.timer = threading.Timer(limit, self.worker.proc.kill)
         self.timer.start()
 
+    def ready(self):
+        ok = self.worker.wait_ready()
+        self.timer.cancel()
+        return ok
+
+    def turn(self, steps):
+        timer = threading.Timer(TURN_LIMIT, self.worker.proc.kill)
+        timer.start()
+        self.worker.run(steps, self.batch)
+        timer.cancel()
+
     def result(self):
         worker = self.worker
         error = worker.error
         if error is not None and worker.proc.returncode == -9:
-            error = f"killed at its time limit ({self.limit:.0f} s)"
+            error = f"killed at its time limit ({self.limit:.0f} s to be ready, {TURN_LIMIT} s a turn)"
         return {
             "framework": self.framework, "variant": self.variant, "batch": self.batch, "mode": self.mode,
             "images_per_s": statistics.median(worker.rounds) if worker.rounds else None,
@@ -134,7 +148,7 @@ def run_wave(specs, args, deadline, errors=None):
     rows = [Row(spec, args, min(spec[4], left)) for spec in specs]  # all start now
     alive = []
     for row in rows:
-        ok = row.worker.wait_ready()
+        ok = row.ready()
         print(f"  ready: {row.framework} {row.variant} {row.mode}"
               + (f" (warm-up {row.worker.info['warmup_s']:.1f} s)" if ok else f" FAILED: {row.result()['error'][-300:]}"),
               file=sys.stderr, flush=True)
@@ -144,7 +158,7 @@ def run_wave(specs, args, deadline, errors=None):
     for r in range(args.rounds):
         for row in alive[r % len(alive):] + alive[: r % len(alive)] if alive else []:
             if row.worker.error is None and time.monotonic() < deadline:
-                row.worker.run(args.steps, row.batch)
+                row.turn(args.steps)
     for row in rows:
         row.close()
     return [row.result() for row in rows], measured
