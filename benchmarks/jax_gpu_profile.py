@@ -121,33 +121,42 @@ def keras_flash_verdict(batch, tokens, heads, head_dim):
         return f"XLA attention ({type(error).__name__}: {str(error).splitlines()[0][:160]})"
 
 
+def keras_case(args, mode, name, images, labels):
+    """(run one step, its compiled program's text) of keras_vit under the variant `name`."""
+    approximate_gelu, context = VARIANTS[name]
+    with context():
+        model = keras_model(args, approximate_gelu)
+        if mode == "inference":
+            fn, (trainable, non_trainable) = bare_predict_step(model)
+            lowered = fn.lower(trainable, non_trainable, images)
+
+            def step(fn=fn, t=trainable, n=non_trainable):
+                return fn(t, n, images)
+        else:
+            fn, state = bare_train_step(model)
+            lowered = fn.lower(state, images, labels)
+            holder = {"state": state}
+
+            def step(fn=fn, holder=holder):
+                loss, holder["state"] = fn(holder["state"], images, labels)
+                return loss
+        text = lowered.compile().as_text()
+        jax.block_until_ready(step())  # traced and compiled under the variant's change
+    return step, text
+
+
 def cases(args, images, labels):
-    """name -> (run one step, its compiled program's text)."""
+    """name -> (run one step, its compiled program's text); a variant that fails to compile or
+    run (a kernel the device refuses) is reported and left out."""
     built = {}
     for mode in args.modes:
         for name in args.keras_variants:
             if mode == "training" and name == "padded cuDNN attention":
                 continue  # what training runs already
-            approximate_gelu, context = VARIANTS[name]
-            with context():
-                model = keras_model(args, approximate_gelu)
-                if mode == "inference":
-                    fn, (trainable, non_trainable) = bare_predict_step(model)
-                    lowered = fn.lower(trainable, non_trainable, images)
-
-                    def step(fn=fn, t=trainable, n=non_trainable):
-                        return fn(t, n, images)
-                else:
-                    fn, state = bare_train_step(model)
-                    lowered = fn.lower(state, images, labels)
-                    holder = {"state": state}
-
-                    def step(fn=fn, holder=holder):
-                        loss, holder["state"] = fn(holder["state"], images, labels)
-                        return loss
-                text = lowered.compile().as_text()
-                jax.block_until_ready(step())  # traced and compiled under the variant's change
-            built[f"{mode}: keras_vit {name}"] = (step, text)
+            try:
+                built[f"{mode}: keras_vit {name}"] = keras_case(args, mode, name, images, labels)
+            except Exception as error:
+                print(f"{mode}: keras_vit {name}: FAILED ({type(error).__name__}: {str(error)[:200]!r})")
         runner = jax_vit.JaxViTRunner(dict(variant=args.variant, precision="mixed_bfloat16",
                                            resolution=args.resolution, batch=args.batch))
         if mode == "inference":

@@ -33,3 +33,20 @@ def test_bad_arguments_are_refused():
     run = subprocess.run([sys.executable, SCRIPT, "--steps", "0"], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "KERAS_BACKEND": "jax"})
     assert run.returncode == 2 and "--steps must be >= 1" in run.stderr
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="the script measures the JAX backend only")
+def test_a_variant_that_fails_is_reported_and_left_out(monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    import jax_gpu_profile
+
+    def keras_case(args, mode, name, images, labels):
+        raise RuntimeError("Triton refused the kernel")
+
+    monkeypatch.setattr(jax_gpu_profile, "keras_case", keras_case)
+    args = SimpleNamespace(modes=["inference"], keras_variants=["Pallas dense+GELU"], variant="ViTTi16",
+                           resolution=32, batch=2)
+    images, labels = jax_gpu_profile.np.zeros((2, 32, 32, 3), "float32"), jax_gpu_profile.np.zeros(2, "int32")
+    assert list(jax_gpu_profile.cases(args, images, labels)) == ["inference: jax_vit"]
+    assert "inference: keras_vit Pallas dense+GELU: FAILED (RuntimeError: 'Triton refused the kernel')" in capsys.readouterr().out
