@@ -25,9 +25,16 @@ def device_tensor(array):
     return tensor
 
 
+def _repeated(count, item):
+    for _ in range(count):
+        yield item
+
+
 class KerasRunner:
     """keras_vit or keras-hub through the ordinary Keras path: `compile()` then
-    `predict_on_batch` / `train_on_batch`, on a batch already on the device."""
+    `predict_on_batch` / `train_on_batch`, or with `cfg["loop"] == "fit"` `fit` / `predict`
+    over the batch repeated, on a batch already on the device; `cfg["quantize"]`:
+    `model.quantize(...)` first (Keras' float8 training)."""
 
     def __init__(self, cfg):
         import keras
@@ -36,6 +43,10 @@ class KerasRunner:
         keras.config.set_dtype_policy(cfg["precision"])
         keras.utils.set_random_seed(0)
         self.model = self._build(cfg)
+        if cfg.get("quantize"):
+            self.model.quantize(cfg["quantize"])
+        if cfg.get("loop") == "fit":
+            self.train_steps, self.infer_steps = self._fit, self._predict
         backend = keras.backend.backend()
         jit = cfg["torch_compile"] if backend == "torch" else cfg["jit"]
         self.model.compile(
@@ -53,6 +64,13 @@ class KerasRunner:
 
     def train(self):
         return self.model.train_on_batch(self.images, self.labels)
+
+    def _fit(self, steps):
+        batches = _repeated(steps, (self.images, self.labels))
+        self.model.fit(batches, steps_per_epoch=steps, epochs=1, shuffle=False, verbose=0)
+
+    def _predict(self, steps):
+        self.model.predict(_repeated(steps, (self.images,)), steps=steps, verbose=0)
 
 
 class KerasViTRunner(KerasRunner):

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The "GPU" figures of benchmarks/RESULTS.md on one lent H100, one stage per device call
 # (each under the 10-minute limit). Run from the repository root with the wheels of keras,
-# namex and optree in .whl/ (the GPU image has torch, jax, timm and transformers, no keras):
-#   bash benchmarks/gpu.sh training | inference | large | remat | jaxprofile | overhead
+# namex and optree in .whl/ (the GPU image has torch, jax, timm and transformers, no keras;
+# keras-hub's wheel too for `targets`):
+#   bash benchmarks/gpu.sh targets | training | inference | large | remat | jaxprofile | overhead
+# `targets` is every target of issue 33 in one call of ~7.5 minutes (benchmarks/targets.py).
 # Logs and JSON go to $OUT (default: gpu-results/).
 set -o pipefail
+STAGES="targets|training|inference|large|remat|jaxprofile|overhead"
+[[ "$1" =~ ^($STAGES)$ ]] || { echo "usage: bash benchmarks/gpu.sh $STAGES" >&2; exit 2; }
 OUT=${OUT:-gpu-results}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
@@ -12,6 +16,11 @@ PEAK=${PEAK:-798}  # bf16 TFLOP/s of an 8192^3 product on this card (matmul.py -
 B16="--variant ViTB16 --batch 256 --precision mixed_bfloat16 --group-size 1 --peak-tflops $PEAK"
 REFS="keras_vit/jax keras_vit/torch keras_vit/torch/compiled transformers timm/compiled"
 case "$1" in
+targets)
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+  # the workers of a wave share the GPU: JAX takes memory as it needs it, not 75 % up front
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 470 python3 benchmarks/targets.py --budget 440 \
+    --json "$OUT/targets.json" 2>&1 | tee "$OUT/targets.log" ;;
 training)
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
   python3 -c "import jax, torch, timm, transformers, keras; print('jax', jax.__version__, jax.devices(), 'torch', torch.__version__, 'timm', timm.__version__, 'transformers', transformers.__version__, 'keras', keras.__version__)"
@@ -40,5 +49,4 @@ jaxprofile)
 overhead)
   KERAS_BACKEND=jax timeout 560 python3 benchmarks/step_overhead.py --models b16 --batch 256 \
     --dtype-policy mixed_bfloat16 --steps 10 --fit-steps 10 --rounds 3 --spe 1 8 --hlo 2>&1 | tee "$OUT/step_overhead.log" ;;
-*) echo "usage: bash benchmarks/gpu.sh training|inference|large|remat|jaxprofile|overhead" >&2; exit 2 ;;
 esac

@@ -13,7 +13,9 @@ change is in place:
 - `shipped`: as the library runs it (exact GELU as timm, float32 residual stream);
 - `padded cuDNN attention`: inference through the padded cuDNN flash kernel that training uses;
 - `tanh GELU`: `approximate_gelu=True`;
-- `bf16 stream`: the residual stream in the compute dtype instead of float32.
+- `bf16 stream`: the residual stream in the compute dtype instead of float32;
+- `Pallas dense+GELU`: each MLP's first matmul, bias and exact GELU in one Pallas kernel
+  (`pallas_gelu.py`; Pallas' interpreter off the GPU).
 
 Also printed: Keras' own flash-attention verdict for these q/k/v shapes (which decides whether
 `ops.dot_product_attention` uses cuDNN at inference) and, per compiled program, its cuDNN /
@@ -35,7 +37,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jax_vit  # noqa: E402
-from keras_vit.layers import attention, fused_attention, residual  # noqa: E402
+import pallas_gelu  # noqa: E402
+from keras_vit.layers import attention, fused_attention, mlp, residual  # noqa: E402
+from keras_vit.layers.sublayer import run  # noqa: E402
 from step_overhead import bare_predict_step, bare_train_step, hlo_ops, measure  # noqa: E402
 from frameworks import KerasViTRunner  # noqa: E402
 from workload import ARCHITECTURES, NUM_CLASSES  # noqa: E402
@@ -61,11 +65,32 @@ def bf16_stream():
         residual.Float32Stream.input_dtype = original
 
 
+@contextlib.contextmanager
+def pallas_dense_gelu():
+    original = mlp.MLPBlock.call
+
+    def call(self, x, training=None):
+        if type(self) is not mlp.MLPBlock or self.approximate_gelu:
+            return original(self, x, training=training)
+        dtype = self.compute_dtype
+        kernel, bias = (keras.ops.cast(v, dtype) for v in (self.dense_0.kernel, self.dense_0.bias))
+        interpret = jax.devices()[0].platform != "gpu"
+        hidden = pallas_gelu.dense_gelu(keras.ops.cast(x, dtype), kernel, bias, interpret=interpret)
+        return run(self.dropout, run(self.dense_1, run(self.dropout, hidden, training=training)), training=training)
+
+    mlp.MLPBlock.call = call
+    try:
+        yield
+    finally:
+        mlp.MLPBlock.call = original
+
+
 VARIANTS = {  # name -> (approximate_gelu, context)
     "shipped": (False, contextlib.nullcontext),
     "padded cuDNN attention": (False, padded_inference_attention),
     "tanh GELU": (True, contextlib.nullcontext),
     "bf16 stream": (False, bf16_stream),
+    "Pallas dense+GELU": (False, pallas_dense_gelu),
 }
 
 
@@ -96,33 +121,42 @@ def keras_flash_verdict(batch, tokens, heads, head_dim):
         return f"XLA attention ({type(error).__name__}: {str(error).splitlines()[0][:160]})"
 
 
+def keras_case(args, mode, name, images, labels):
+    """(run one step, its compiled program's text) of keras_vit under the variant `name`."""
+    approximate_gelu, context = VARIANTS[name]
+    with context():
+        model = keras_model(args, approximate_gelu)
+        if mode == "inference":
+            fn, (trainable, non_trainable) = bare_predict_step(model)
+            lowered = fn.lower(trainable, non_trainable, images)
+
+            def step(fn=fn, t=trainable, n=non_trainable):
+                return fn(t, n, images)
+        else:
+            fn, state = bare_train_step(model)
+            lowered = fn.lower(state, images, labels)
+            holder = {"state": state}
+
+            def step(fn=fn, holder=holder):
+                loss, holder["state"] = fn(holder["state"], images, labels)
+                return loss
+        text = lowered.compile().as_text()
+        jax.block_until_ready(step())  # traced and compiled under the variant's change
+    return step, text
+
+
 def cases(args, images, labels):
-    """name -> (run one step, its compiled program's text)."""
+    """name -> (run one step, its compiled program's text); a variant that fails to compile or
+    run (a kernel the device refuses) is reported and left out."""
     built = {}
     for mode in args.modes:
         for name in args.keras_variants:
             if mode == "training" and name == "padded cuDNN attention":
                 continue  # what training runs already
-            approximate_gelu, context = VARIANTS[name]
-            with context():
-                model = keras_model(args, approximate_gelu)
-                if mode == "inference":
-                    fn, (trainable, non_trainable) = bare_predict_step(model)
-                    lowered = fn.lower(trainable, non_trainable, images)
-
-                    def step(fn=fn, t=trainable, n=non_trainable):
-                        return fn(t, n, images)
-                else:
-                    fn, state = bare_train_step(model)
-                    lowered = fn.lower(state, images, labels)
-                    holder = {"state": state}
-
-                    def step(fn=fn, holder=holder):
-                        loss, holder["state"] = fn(holder["state"], images, labels)
-                        return loss
-                text = lowered.compile().as_text()
-                jax.block_until_ready(step())  # traced and compiled under the variant's change
-            built[f"{mode}: keras_vit {name}"] = (step, text)
+            try:
+                built[f"{mode}: keras_vit {name}"] = keras_case(args, mode, name, images, labels)
+            except Exception as error:
+                print(f"{mode}: keras_vit {name}: FAILED ({type(error).__name__}: {str(error)[:200]!r})")
         runner = jax_vit.JaxViTRunner(dict(variant=args.variant, precision="mixed_bfloat16",
                                            resolution=args.resolution, batch=args.batch))
         if mode == "inference":

@@ -14,7 +14,9 @@ Frameworks: keras_vit and keras_hub on each Keras backend (`keras_vit/jax`, or `
 for all three), `transformers` (PyTorch, SDPA attention), `timm` (when importable), each of
 those two also as `transformers/compiled` / `timm/compiled` (`torch.compile`), and `jax_vit`
 (a plain JAX ViT, jax_vit.py); `keras_vit/torch/compiled` is keras_vit on PyTorch with
-`compile(jit_compile=True)`. Every framework's batch is resident on the device (the GPU
+`compile(jit_compile=True)`, `keras_vit/jax/float8` keras_vit with Keras' float8 training
+(`model.quantize("float8")`). `--loop fit` runs the Keras models through `fit` / `predict`
+(over the resident batch, repeated) instead of `train_on_batch` / `predict_on_batch`. Every framework's batch is resident on the device (the GPU
 where there is one) before the timed steps. On a GPU, give `--peak-tflops` the bf16 figure of
 `benchmarks/matmul.py --size 8192` to see each row's share of the card's practical peak.
 """
@@ -54,7 +56,7 @@ def all_frameworks():
 def resolve_frameworks(requested):
     """Expands `keras_vit` / `keras_hub` to their three backends and checks the names."""
     known = [f"{fw}/{b}" for fw in KERAS_FRAMEWORKS for b in BACKENDS] + list(TORCH_FRAMEWORKS + JAX_FRAMEWORKS)
-    known += [f"{fw}/torch/compiled" for fw in KERAS_FRAMEWORKS]
+    known += [f"{fw}/torch/compiled" for fw in KERAS_FRAMEWORKS] + [f"keras_vit/{b}/float8" for b in BACKENDS]
     names = []
     for name in requested:
         expanded = [f"{name}/{b}" for b in BACKENDS] if name in KERAS_FRAMEWORKS else [name]
@@ -98,6 +100,9 @@ class Worker:
             jit={"on": True, "off": False, "auto": "auto"}[args.jit],
             torch_compile=args.torch_compile == "on" or compiled,
             threads=args.threads,
+            loop=getattr(args, "loop", "on_batch"),
+            quantize="float8" if framework.endswith("/float8") else None,
+            release_memory=getattr(args, "release_memory", False),
         )
         env = {**os.environ, "KERAS_BACKEND": self.backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
         self.log = tempfile.TemporaryFile(mode="w+")
@@ -385,6 +390,8 @@ def parse_args(argv):
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="cpu: images per second of process CPU time, a load-insensitive measure "
                              "of the work done, meaningful with --threads 1 (a development aid)")
+    parser.add_argument("--loop", choices=("on_batch", "fit"), default="on_batch",
+                        help="Keras models: train_on_batch / predict_on_batch, or fit / predict")
     parser.add_argument("--pause", type=float, default=0.3, help="seconds between turns")
     parser.add_argument("--json", help="also write the JSON report to this file")
     args = parser.parse_args(argv)

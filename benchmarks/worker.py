@@ -3,7 +3,8 @@
 Usage: KERAS_BACKEND=... python benchmarks/worker.py '<json config>'
 
 The worker builds the model, runs the warm-up steps (compilation included), prints
-`@@bench ready {...}` and then, for every `run N` line on stdin, runs N steps and prints
+`@@bench ready {...}` (with `release_memory`: after giving back the GPU memory PyTorch keeps
+cached, again after each run, which then starts with one untimed step) and then, for every `run N` line on stdin, runs N steps and prints
 `@@bench done {seconds, cpu_seconds, steps}`; `quit` ends it. Only lines starting with `@@bench` are protocol.
 """
 
@@ -39,6 +40,28 @@ def limit_threads(threads):
         tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
+def steps_function(runner, mode):
+    """`run(n)`: n steps of `runner` in `mode`, through its own loop (`fit`) where it has one."""
+    many = getattr(runner, "infer_steps" if mode == "inference" else "train_steps", None)
+    if many is not None:
+        return many
+    one = runner.infer if mode == "inference" else runner.train
+
+    def run(n):
+        for _ in range(n):
+            one()
+
+    return run
+
+
+def release_memory():
+    """Gives the PyTorch caching allocator's free GPU memory back, so that the idle workers
+    of one call (benchmarks/targets.py) hold only their weights and optimizer state."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def main(cfg):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     limit_threads(cfg.get("threads"))
@@ -46,22 +69,28 @@ def main(cfg):
 
     start = time.perf_counter()
     runner = make_runner(cfg)
-    step = runner.infer if cfg["mode"] == "inference" else runner.train
+    steps = steps_function(runner, cfg["mode"])
     built = time.perf_counter()
-    for _ in range(cfg["warmup"]):
-        step()
+    if cfg["warmup"]:
+        steps(cfg["warmup"])
     ready = time.perf_counter()
+    release = cfg.get("release_memory")
+    if release:
+        release_memory()
     _reply("ready", {"build_s": built - start, "warmup_s": ready - built, "pid": os.getpid()})
     for line in sys.stdin:
         command = line.split()
         if not command or command[0] == "quit":
             break
-        steps = int(command[1])
+        count = int(command[1])
+        if release:
+            steps(1)  # untimed: the memory given back is allocated again
         begin, begin_cpu = time.perf_counter(), time.process_time()
-        for _ in range(steps):
-            step()
+        steps(count)
         cpu = time.process_time() - begin_cpu
-        _reply("done", {"seconds": time.perf_counter() - begin, "cpu_seconds": cpu, "steps": steps})
+        _reply("done", {"seconds": time.perf_counter() - begin, "cpu_seconds": cpu, "steps": count})
+        if release:
+            release_memory()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,12 @@ two `predict_on_batch` calls with NumPy batches):
   creates the optimizer's weight-decay cache (guard `hasattr(optimizer, ...)`), so the
   second step fails both guards. Here the first training step runs eagerly: the compiled
   function first runs in the state every later step sees.
+- Keras compiles the training step as `one_step_on_data`, which calls `train_step`, which
+  breaks the graph at `loss.backward()`. On a graph break dynamo throws its trace away and
+  traces again up to the break; a break inside a called function also costs the caller's
+  whole trace. So the forward pass was traced three times (`one_step_on_data`, then
+  `train_step` twice) for the two graphs it keeps. Here `train_step` itself is compiled:
+  the same graphs from two traces (`tests/layers/test_torch_compile_once.py` counts them).
 
 `compile_once(model)` installs this on one model (a no-op on other backends, or with
 `jit_compile` off); keras_vit's builders and trainer call it. A model loaded from a `.keras`
@@ -52,6 +58,19 @@ def _eager_first(step, eager):
     return run
 
 
+def _compiled_train_step(model):
+    """Keras' `one_step_on_data` (`train_step` on the batch `data[0]`) with `train_step`
+    compiled rather than `one_step_on_data`: see the module docstring."""
+    import torch
+
+    step = torch.compile(model.train_step)
+
+    def one_step_on_data(data):
+        return step(data[0])
+
+    return one_step_on_data
+
+
 def _patched(model, kind, original):
     def make_function(force=False):
         if getattr(model, f"{kind}_function") is not None and not force:
@@ -61,7 +80,10 @@ def _patched(model, kind, original):
         eager = getattr(step, "_torchdynamo_orig_callable", None)
         if eager is None:  # not compiled
             return step
-        wrapped = _eager_first(step, eager) if kind == "train" else _converting(step)
+        if kind == "train":
+            wrapped = _eager_first(_compiled_train_step(model), eager)
+        else:
+            wrapped = _converting(step)
         setattr(model, f"{kind}_function", wrapped)
         return wrapped
 

@@ -61,3 +61,40 @@ def test_first_eager_step_trains_as_compiled(no_recompiles):
     for a, b in zip(compiled.weights, plain.weights):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(compiled.predict_on_batch(x), plain.predict_on_batch(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture
+def dynamo_traces():
+    """The frames dynamo traces (its "start tracing" log lines), in order: a graph break
+    makes it trace a frame again (and, inside a called function, the caller too)."""
+    import logging
+
+    import torch
+
+    traces = []
+
+    class Handler(logging.Handler):
+        def emit(self, record):
+            message = record.getMessage()
+            if "torchdynamo start tracing" in message:
+                traces.append(message.split("torchdynamo start tracing ")[1].split()[0])
+
+    handler = Handler()
+    logger = logging.getLogger("torch._dynamo")
+    torch._logging.set_logs(dynamo=logging.INFO)
+    logger.addHandler(handler)
+    yield traces
+    logger.removeHandler(handler)
+    torch._logging.set_logs()
+
+
+def test_training_forward_pass_is_traced_twice_not_three_times(no_recompiles, dynamo_traces):
+    """`fit`: one trace of `train_step` up to its `backward()` break and its restart, then the
+    resume after the break; Keras' `one_step_on_data` around it used to cost a third trace."""
+    model = _tiny(jit_compile=True)
+    x = np.random.default_rng(0).uniform(size=(8, 8, 8, 3)).astype("float32")
+    y = np.array([0, 1, 2, 0, 1, 2, 0, 1])
+    model.fit(x, y, batch_size=4, epochs=2, verbose=0)
+    assert len(dynamo_traces) == 3, dynamo_traces
+    assert dynamo_traces[0] == dynamo_traces[1] == "train_step", dynamo_traces
+    assert dynamo_traces[2].startswith("torch_dynamo_resume_in_train_step"), dynamo_traces
