@@ -63,8 +63,18 @@ class TrainingModel(keras.Model):
         return super().train_step(*state, finish(data))
 
     def _symbolic_build(self, iterator=None, data_batch=None):
-        # TensorFlow under a distribution strategy builds the metrics from a batch as the
-        # dataset gives it, before the training step: give it a finished one.
+        # Keras builds the metrics from a batch as the dataset gives it, before the training
+        # step (JAX, PyTorch: the first of `iterator`; TensorFlow under a distribution
+        # strategy: `data_batch`): give it a finished one.
         if data_batch is not None:
             data_batch = finish(data_batch)
-        return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
+        return super()._symbolic_build(iterator=iterator and _finishing(iterator), data_batch=data_batch)
+
+
+def _finishing(iterator):
+    """An epoch iterator's `(step, index, batches)` with the batches `finish`ed as they are taken."""
+    for step, index, batches in iterator:
+        if isinstance(batches, (list, tuple)):
+            yield step, index, [finish(batches[0]), *batches[1:]]
+        else:
+            yield step, index, map(finish, batches)

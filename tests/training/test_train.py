@@ -246,3 +246,15 @@ def test_accumulation_follows_the_learning_rate_curve_of_one_large_batch(tmp_pat
         result = train(config, data=_small_digits(), callbacks=[recorder])
         assert result.steps == updates * accumulation
         np.testing.assert_allclose(recorder.rates, expected, rtol=1e-5, atol=1e-9, err_msg=f"accumulation {accumulation}")
+
+
+def test_scratch_recipe_trains_with_its_mixup_and_cutmix(tmp_path):
+    """The `scratch` recipe (MixUp 0.8, CutMix 1.0, RandAugment, label smoothing) trains on every backend."""
+    tiny = dict(image_size=8, model="custom", patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=16,
+                batch_size=32, reference_batch_size=32, steps=3, warmup_steps=1, eval_crop=1.0, tensorboard=False,
+                verbose=0, jit_compile=TINY["jit_compile"], output_dir=str(tmp_path / "run"))
+    config = recipe("scratch", **tiny)
+    assert config.mixup > 0 and config.cutmix > 0 and config.randaugment_ops > 0
+    x, y = _small_digits()
+    result = train(config, data=(np.repeat(x[..., None], 3, axis=-1), y))
+    assert result.steps == 3 and np.isfinite(result.history["loss"]).all()
