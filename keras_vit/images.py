@@ -78,7 +78,8 @@ def _resize_weights(in_size, out_size, start, count, interpolation="bilinear"):
     inv_scale = f32(1) / (f32(out_size) / f32(in_size))  # float32 throughout, as TensorFlow
     width = max(inv_scale, f32(1))  # the kernel's stretch, in input pixels
     one_over_width = f32(1) / width
-    centres = (np.arange(start, start + count, dtype=f32) + f32(0.5)) * inv_scale
+    # output pixel `start + i` of the whole resize, as `scale_and_translate` shifted by `-start` places it
+    centres = (np.arange(count, dtype=f32) + f32(0.5)) * inv_scale + inv_scale * f32(start)
     first = np.maximum(np.floor(centres - radius * width).astype(np.int64) - 2, 0)
     index = first[:, None] + np.arange(int(np.ceil(2 * radius * width)) + 4)
     offsets = index.astype(f32) + f32(0.5) - centres[:, None]
