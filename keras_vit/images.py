@@ -20,6 +20,8 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
+from keras_vit.files import regular_file
+
 FORMATS = ("JPEG", "PNG", "GIF", "BMP")
 
 
@@ -29,8 +31,9 @@ def read_image(path):
     Raises FileNotFoundError for a missing file, ValueError for one that is not a complete
     JPEG, PNG, GIF or BMP image.
     """
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"No image file {path}.")
+    regular_file(path, "as an image")  # a FIFO would block
     try:
         with Image.open(path, formats=FORMATS) as image:
             if image.format == "JPEG":

@@ -8,8 +8,10 @@ planning the steps, the optimizer, the run folder, resuming, the NaN guard, the 
 verbosity, and saving (`Run.save`, the one save path).
 """
 
+import contextlib
 import dataclasses
 import importlib.util
+import io
 import json
 import math
 import os
@@ -20,8 +22,9 @@ from typing import Any, Callable, Optional
 
 import keras
 
+from keras_vit import run_folder
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.files import write_json
+from keras_vit.files import regular_file, write_json, write_text
 from keras_vit.training import checkpointing, ema, fewshot, layer_decay, lora, optim, pipeline, precision
 from keras_vit.training.parallel import distribution, hosts, run_agreement
 from keras_vit.training.data import load_source
@@ -133,10 +136,12 @@ def resolve_config(task, config, overrides):
     return config.replace(**overrides)
 
 
-def run(task, config=None, *, data=None, callbacks=(), resume=True, **overrides):
+def run(task, config=None, *, data=None, callbacks=(), resume=True, overwrite_output_dir=False, **overrides):
     """Runs `task` with `config` (a `TrainConfig` or a recipe name) and `overrides`; returns
-    what `task.finish` makes of it. `data`, `callbacks` and `resume` as for `train`."""
+    what `task.finish` makes of it. `data`, `callbacks`, `resume` and `overwrite_output_dir`
+    as for `train`."""
     config = resolve_config(task, config, overrides)
+    run_folder.check_owned(config.run_dir, overwrite_output_dir)
     started = time.time()
     previous_policy = keras.config.dtype_policy()
     seed_everything(config)
@@ -144,8 +149,10 @@ def run(task, config=None, *, data=None, callbacks=(), resume=True, **overrides)
         torch_cpu_threads()
     plan = distribution.plan(config.strategy, config.model_parallel_size, config.host_timeout)
     policy = precision.apply_precision(config.precision)
+    # the chief writes the run folder: it holds the folder's lock for the run
+    locked = run_folder.locked(config.run_dir) if plan.is_chief else contextlib.nullcontext()
     try:
-        with plan.scope():
+        with locked, plan.scope():
             return _run(task, config, plan, policy, data, callbacks, resume, started)
     finally:
         keras.config.set_dtype_policy(previous_policy)
@@ -209,7 +216,7 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
                       fit_verbosity(config.verbose) if plan.is_chief else 0)
     ema.use_average(train_model)  # the weights saved and returned from here on: the average, if kept
     if config.lora_rank and plan.is_chief:
-        lora.save(setup.model, os.path.join(config.run_dir, "lora.npz"))
+        lora.save(setup.model, run_folder.path(config.run_dir, run_folder.LORA))
     return task.finish(Run(config, plan, policy, setup, state, val_ds, history, start, started))
 
 
@@ -302,16 +309,17 @@ def make_optimizer(config, total_steps, model):
 
 
 def _write_run_folder(task, config, source, data, fresh):
+    """Writes the run's metadata; a run starting from step 0 first clears what an earlier run
+    left (`run_folder.clear`)."""
     os.makedirs(config.run_dir, exist_ok=True)
-    log = os.path.join(config.run_dir, "log.csv")
-    if fresh and os.path.exists(log):
-        os.remove(log)
+    if fresh:
+        run_folder.clear(config.run_dir)
     recorded = config.to_dict()
     if data is not None:  # given to the function directly: a name or path is reloadable, arrays are not
         recorded["data"] = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
-    files = {"config.json": recorded, **task.metadata(config, source)}
+    files = {run_folder.CONFIG: recorded, **task.metadata(config, source)}
     for name, payload in files.items():
-        write_json(os.path.join(config.run_dir, name), payload)
+        write_json(run_folder.path(config.run_dir, name), payload)
 
 
 def make_callbacks(config, plan, state, extra):
@@ -325,12 +333,33 @@ def make_callbacks(config, plan, state, extra):
     if config.ema_decay:
         callbacks.append(ema.EvaluateAverage())
     if plan.is_chief:
-        callbacks.append(keras.callbacks.CSVLogger(os.path.join(config.run_dir, "log.csv"), append=True))
+        callbacks.append(RunLog(run_folder.path(config.run_dir, run_folder.LOG)))
         if config.tensorboard and importlib.util.find_spec("tensorboard") is not None:
-            callbacks.append(keras.callbacks.TensorBoard(os.path.join(config.run_dir, "tensorboard")))
+            callbacks.append(keras.callbacks.TensorBoard(run_folder.path(config.run_dir, run_folder.TENSORBOARD)))
         elif config.tensorboard:
             warnings.warn("TensorBoard logs skipped: the `tensorboard` package is not installed.", stacklevel=3)
     return callbacks + list(extra)
+
+
+class RunLog(keras.callbacks.CSVLogger):
+    """Keras' `CSVLogger` appending to `path`, each epoch's row added by writing the whole file
+    under a temporary name and renaming it: a kill never leaves half a row."""
+
+    def __init__(self, path):
+        super().__init__(path, append=True)
+
+    def on_train_begin(self, logs=None):
+        text = ""
+        if os.path.lexists(self.filename):
+            with open(regular_file(self.filename, "as the run's log"), encoding="utf-8", newline="") as handle:
+                text = handle.read()
+        self.append_header = not text.partition("\n")[0]
+        self.csv_file, self.writer, self.keys = io.StringIO(text), None, None
+        self.csv_file.seek(0, io.SEEK_END)
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        write_text(self.filename, self.csv_file.getvalue())
 
 
 def fit_verbosity(verbose):

@@ -21,6 +21,7 @@ import zipfile
 import keras
 import numpy as np
 
+from keras_vit.files import atomic_path, regular_file
 from keras_vit.layers.linear import Linear
 from keras_vit.training.config import LORA_TARGETS, parse_lora_targets as parse_targets
 
@@ -64,21 +65,22 @@ def _lora_layers(model):
 
 def save(model, path):
     """Writes the LoRA matrices (and the head, which LoRA fine-tuning trains too) of `model`
-    to an `.npz` file with the settings `load` needs."""
+    to an `.npz` file with the settings `load` needs (written under a temporary name, then renamed)."""
     layers = _lora_layers(model)
     if not layers:
         raise ValueError(f"Model {model.name!r} has no LoRA layers (lora.enable first).")
     arrays = {v.path: keras.ops.convert_to_numpy(v) for lay in layers for v in (lay.lora_kernel_a, lay.lora_kernel_b)}
     arrays.update({v.path: keras.ops.convert_to_numpy(v) for v in model.get_layer("head").weights})
     settings = getattr(model, "_lora", None) or {"rank": layers[0].lora_rank, "alpha": layers[0].lora_alpha}
-    np.savez(path, __settings__=json.dumps(settings), **arrays)
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        np.savez(handle, __settings__=json.dumps(settings), **arrays)
 
 
 def load(model, path):
     """Enables LoRA on `model` (the base model the file was trained from) as recorded in the
     `.npz` file written by `save`, and assigns its matrices and head."""
     try:
-        with np.load(path) as stored:
+        with np.load(regular_file(path, "as LoRA matrices")) as stored:
             settings = json.loads(str(stored["__settings__"]))
             arrays = {key: stored[key] for key in stored.files if key != "__settings__"}
     except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:

@@ -31,9 +31,11 @@ import uuid
 
 import keras
 
+from keras_vit import run_folder
+
 EXIT_HOST_LOST = 75  # EX_TEMPFAIL: rerun (resume) once the hosts are back
 EXIT_TERMINATED = 143  # 128 + SIGTERM
-FOLDER = "hosts"
+FOLDER = run_folder.HOSTS
 
 
 def _write(path, payload):
