@@ -143,19 +143,19 @@ def run(task, config=None, *, data=None, callbacks=(), resume=True, overwrite_ou
     config = resolve_config(task, config, overrides)
     run_folder.check_owned(config.run_dir, overwrite_output_dir)
     started = time.time()
-    previous_policy = keras.config.dtype_policy()
-    seed_everything(config)
-    if keras.backend.backend() == "torch":
-        torch_cpu_threads()
     plan = distribution.plan(config.strategy, config.model_parallel_size, config.host_timeout)
-    policy = precision.apply_precision(config.precision)
     # the chief writes the run folder: it holds the folder's lock for the run
-    locked = run_folder.locked(config.run_dir) if plan.is_chief else contextlib.nullcontext()
-    try:
-        with locked, plan.scope():
-            return _run(task, config, plan, policy, data, callbacks, resume, started)
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
+    with run_folder.locked(config.run_dir) if plan.is_chief else contextlib.nullcontext():
+        previous_policy = keras.config.dtype_policy()
+        seed_everything(config)
+        if keras.backend.backend() == "torch":
+            torch_cpu_threads()
+        policy = precision.apply_precision(config.precision)
+        try:
+            with plan.scope():
+                return _run(task, config, plan, policy, data, callbacks, resume, started)
+        finally:
+            keras.config.set_dtype_policy(previous_policy)
 
 
 def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
