@@ -173,6 +173,7 @@ def test_run_folder_files_have_normal_permissions_and_no_leftovers(tmp_path):
     config = _config(tmp_path, epochs=1, depth=1, val_fraction=0.2, checkpoint_every=2)
     checkpoint = os.path.join(config.run_dir, "checkpoint")
     os.makedirs(checkpoint)
+    files.write_json(os.path.join(config.run_dir, "config.json"), config.to_dict())  # written when it started
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = [  # what a run killed while saving leaves behind
         os.path.join(checkpoint, f"{files.TMP_PREFIX}{int(dead.stdout)}-abcd1234.step-4.weights.h5"),
