@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -63,6 +64,10 @@ class Task:
     def setup(self, config, source, augmentation):
         """The `Setup` of the run: models, loss and metrics, label format, batch transform."""
         raise NotImplementedError
+
+    def logged(self, config):
+        """The names of the training metrics the epoch logs hold (each also as `val_NAME`)."""
+        return ("loss",)
 
     def metadata(self, config, source):
         """`{file name: JSON payload}` written into the run folder besides `config.json`."""
@@ -136,11 +141,24 @@ def resolve_config(task, config, overrides):
     return config.replace(**overrides)
 
 
+def check_monitor(task, config):
+    """Raises ValueError unless `config.monitor` is a metric the run logs (else no epoch would
+    ever be the best): the task's, on the training or the validation data, or a few-shot
+    accuracy (`fewshot_Kshot`) when `fewshot_every` is set."""
+    names = task.logged(config)
+    names = [*names, *(f"val_{name}" for name in names)]
+    if config.monitor in names or (config.fewshot_every and re.fullmatch(r"fewshot_\d+shot", config.monitor)):
+        return
+    fewshot = ", or fewshot_Kshot (K training images per class) with fewshot_every" if config.fewshot_every else ""
+    raise ValueError(f"monitor={config.monitor!r} is not a metric this run logs; expected one of {', '.join(names)}{fewshot}.")
+
+
 def run(task, config=None, *, data=None, callbacks=(), resume=True, overwrite_output_dir=False, **overrides):
     """Runs `task` with `config` (a `TrainConfig` or a recipe name) and `overrides`; returns
     what `task.finish` makes of it. `data`, `callbacks`, `resume` and `overwrite_output_dir`
     as for `train`."""
     config = resolve_config(task, config, overrides)
+    check_monitor(task, config)
     run_folder.check_owned(config.run_dir, overwrite_output_dir)
     started = time.time()
     plan = distribution.plan(config.strategy, config.model_parallel_size, config.host_timeout)

@@ -61,6 +61,9 @@ class MaskedPatchPrediction(engine.Task):
 
         return engine.Setup(encoder, model, dict(loss=loss, weighted_metrics=metrics), transform=corrupt)
 
+    def logged(self, config):
+        return ("loss", "accuracy") if config.mask_target == "color" else ("loss",)
+
     def finish(self, run):
         encoder_path = run.save(run.setup.model, run_folder.ENCODER)
         results = run.evaluate()

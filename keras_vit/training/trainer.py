@@ -84,6 +84,9 @@ class Classification(engine.Task):
             model, train_model, dict(loss=loss, weighted_metrics=metrics), one_hot=one_hot, on_step=True
         )
 
+    def logged(self, config):
+        return ("loss", "accuracy", "top5")
+
     def metadata(self, config, source):
         classes = {"class_names": source.class_names, "image_size": config.image_size, "eval_crop": config.eval_crop}
         return {run_folder.CLASSES: classes}
