@@ -21,7 +21,7 @@ import keras_vit
 from keras_vit import files, run_folder
 from keras_vit.cli import main
 from keras_vit.preprocessing import preprocessing
-from keras_vit.training import pretrain, recipe, train
+from keras_vit.training import pretrain, train
 from tests.support.commands import fails
 
 JIT = keras.backend.backend() == "jax"
