@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import tempfile
 import uuid
 
@@ -74,13 +75,27 @@ def atomic_path(path):
         remove(tmp)
 
 
-def write_json(path, payload):
-    """Writes `payload` as JSON (UTF-8, indented) to `path` atomically, synced to disk."""
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2)
-        handle.write("\n")
+def write_text(path, text):
+    """Writes `text` (UTF-8) to `path` atomically, synced to disk."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as handle:
+        handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def append_text(path, text, header=""):
+    """Adds `text` at the end of the file at `path` (`header` first if there is none, or it is
+    empty) by writing the whole file anew atomically: a kill never leaves half a line."""
+    old = ""
+    if os.path.lexists(path):
+        with open(regular_file(path, "to add to it"), encoding="utf-8", newline="") as handle:
+            old = handle.read()
+    write_text(path, (old or header) + text)
+
+
+def write_json(path, payload):
+    """Writes `payload` as JSON (UTF-8, indented) to `path` atomically, synced to disk."""
+    write_text(path, json.dumps(payload, indent=2) + "\n")
 
 
 def check_target(path, overwrite=False, folder=False, replaceable=False, inputs=()):
@@ -125,10 +140,19 @@ WRITE_MARGIN = 2**20
 
 def regular_file(path, purpose):
     """`path`, or a one-line ValueError unless it is a regular file (a symlink to one counts):
-    a FIFO or device named like a file of ours would block or never end when read."""
-    if not os.path.isfile(path):
-        kind = "missing" if not os.path.lexists(path) else "not a regular file (a folder, FIFO or device)"
-        raise ValueError(f"{path} is {kind}; refusing to read it {purpose}.")
+    a FIFO or device named like a file of ours would block or never end when read. Every
+    path that opens a user's file goes through here."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        kind = "not a regular file but a symbolic link loop" if error.errno == errno.ELOOP else "missing"
+        if kind == "missing" and os.path.lexists(path):
+            kind = "a broken symbolic link"
+        raise ValueError(f"{path} is {kind}; refusing to read it {purpose}.") from None
+    if not stat.S_ISREG(mode):
+        kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+        kind = next((name for test, name in kinds if test(mode)), "a device")
+        raise ValueError(f"{path} is not a regular file but {kind}; refusing to read it {purpose}.")
     return path
 
 
@@ -173,7 +197,8 @@ def _holds(path, source):
     return source.startswith(path.rstrip(os.sep) + os.sep)
 
 
-def _alive(pid):
+def alive(pid):
+    """Whether a process `pid` runs on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -193,7 +218,7 @@ def remove_stale(folder):
         if not name.startswith(TMP_PREFIX):
             continue
         pid = name[len(TMP_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)):
             remove(os.path.join(folder, name))
             removed.append(name)
     return removed

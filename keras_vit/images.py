@@ -20,6 +20,8 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
+from keras_vit.files import regular_file
+
 FORMATS = ("JPEG", "PNG", "GIF", "BMP")
 
 
@@ -29,8 +31,9 @@ def read_image(path):
     Raises FileNotFoundError for a missing file, ValueError for one that is not a complete
     JPEG, PNG, GIF or BMP image.
     """
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"No image file {path}.")
+    regular_file(path, "as an image")  # a FIFO would block
     try:
         with Image.open(path, formats=FORMATS) as image:
             if image.format == "JPEG":
@@ -78,7 +81,8 @@ def _resize_weights(in_size, out_size, start, count, interpolation="bilinear"):
     inv_scale = f32(1) / (f32(out_size) / f32(in_size))  # float32 throughout, as TensorFlow
     width = max(inv_scale, f32(1))  # the kernel's stretch, in input pixels
     one_over_width = f32(1) / width
-    centres = (np.arange(start, start + count, dtype=f32) + f32(0.5)) * inv_scale
+    # output pixel `start + i` of the whole resize, as `scale_and_translate` shifted by `-start` places it
+    centres = (np.arange(count, dtype=f32) + f32(0.5)) * inv_scale + inv_scale * f32(start)
     first = np.maximum(np.floor(centres - radius * width).astype(np.int64) - 2, 0)
     index = first[:, None] + np.arange(int(np.ceil(2 * radius * width)) + 4)
     offsets = index.astype(f32) + f32(0.5) - centres[:, None]

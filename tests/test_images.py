@@ -154,3 +154,11 @@ def test_bicubic_resize_is_pillows(shape, size):
     image = np.random.default_rng(0).uniform(0, 255, shape).astype(np.float32)
     expected = np.asarray(Image.fromarray(image, mode="F").resize(size[::-1], Image.BICUBIC))
     np.testing.assert_allclose(images.resize(image[..., None], size, "bicubic")[..., 0], expected, atol=2e-3)
+
+
+def test_a_tiny_eval_crop_computes_only_the_window(rng):
+    """`eval_crop` 1e-5 (inside its range (0, 1]) scales a 40x40 image to 1.6M^2 pixels: only
+    the central square is computed, by the tf.data pipeline as by NumPy."""
+    image = rng.integers(0, 256, (40, 40, 3)).astype("uint8")
+    window = augment.eval_transform(tf.constant(image), 16, 1e-5).numpy()
+    np.testing.assert_allclose(window, images.center_crop(image, 16, 1e-5), rtol=0, atol=1e-2)

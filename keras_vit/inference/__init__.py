@@ -8,7 +8,8 @@ from keras_vit.lazy_imports import lazy_package
 lazy_package(
     __name__,
     {
-        **dict.fromkeys(["evaluate", "load_model", "predict"], "keras_vit.inference.predict"),
+        **dict.fromkeys(["evaluate", "predict"], "keras_vit.inference.predict"),
+        "load_model": "keras_vit.run_folder",
         "serving": "keras_vit.inference.serving",
     },
 )

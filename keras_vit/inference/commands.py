@@ -20,9 +20,13 @@ def _predict(args):
     from keras_vit.inference.predict import check_top, load_model, predict
 
     check_top(args.top)
-    missing = [path for path in args.images if not os.path.isfile(path)]
+    from keras_vit.files import regular_file
+
+    missing = [path for path in args.images if not os.path.lexists(path)]
     if missing:
         raise FileNotFoundError(f"No image file {', '.join(missing)}.")
+    for path in args.images:
+        regular_file(path, "as an image")  # a FIFO would block
     model, names, crop = load_model(args.model, args.weights)
     for path, best in zip(args.images, predict(model, args.images, class_names=names, top=args.top, crop_fraction=crop)):
         print(path)

@@ -1,58 +1,14 @@
 """Evaluate a trained model on a dataset (with `tf.data`), and classify image files with it
 (NumPy image loading: no TensorFlow on JAX and PyTorch)."""
 
-import os
-import zipfile
-import zlib
-
 import keras
 import numpy as np
 
-from keras_vit import images, layers  # noqa: F401 (layers: registered for keras.saving.load_model)
-from keras_vit.imagenet import imagenet_classes, preprocess_input
+from keras_vit import images
+from keras_vit.imagenet import preprocess_input
 from keras_vit.preprocessing import preprocessing as preprocessing_of
-from keras_vit.variants import list_models
+from keras_vit.run_folder import load_model, metadata
 from keras_vit.training.heads import ends_with_softmax
-from keras_vit.weights.containers import read_json
-
-
-def run_metadata(model_path):
-    """The `classes.json` and `config.json` written by `train` next to `model_path` (or {})."""
-    folder = os.path.dirname(os.path.abspath(model_path))
-    meta = {}
-    for name in ("classes.json", "config.json"):
-        path = os.path.join(folder, name)
-        if os.path.lexists(path):
-            meta[name.split(".")[0]] = read_json(path)
-    return meta
-
-
-def load_keras_file(path):
-    """`keras.saving.load_model(path)`, with a damaged file (zip CRC, truncation) or one naming
-    classes that are not registered refused in one line (ValueError)."""
-    try:
-        return keras.saving.load_model(path)
-    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, TypeError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"{path}: cannot load it as a Keras model ({reason[:300]}).") from None
-
-
-def load_model(model="runs/digits/best.keras", weights="imagenet"):
-    """`(model, class_names, eval_crop)` for a `.keras` file (the crop its run recorded) or a
-    model name (with `weights`; the crop of its preprocessing)."""
-    if model in list_models():
-        import keras_vit
-
-        loaded = getattr(keras_vit, model)(weights=weights)
-        classes = {"eval_crop": preprocessing_of(loaded).crop_fraction}
-    elif os.path.exists(model):
-        loaded, classes = load_keras_file(model), run_metadata(model).get("classes", {})
-    else:
-        raise FileNotFoundError(f"No model at {model}: give a .keras file (e.g. runs/digits/best.keras) or one of {', '.join(list_models())}.")
-    names = classes.get("class_names")
-    if names is None and loaded.output_shape[-1] == 1000:
-        names = [name for _, name in imagenet_classes()]
-    return loaded, names, classes.get("eval_crop", 1.0)
 
 
 def _image_size(model):
@@ -67,7 +23,7 @@ def recorded_source(model_path, data=None, **source_options):
     with the run of `model_path` (config.json), so that the splits match training's."""
     from keras_vit.training.data import load_source
 
-    config = run_metadata(model_path).get("config", {})
+    config = metadata(model_path).get("config", {})
     data = data or config.get("data")
     if data is None:
         raise ValueError(f"No data given and no config.json next to {model_path} saying which data it was trained on.")

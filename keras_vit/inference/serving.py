@@ -37,7 +37,7 @@ import numpy as np
 
 import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
 from keras_vit.files import atomic_path, check_target
-from keras_vit.inference.predict import load_keras_file
+from keras_vit.run_folder import load_keras_file
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,30 +5,22 @@ import os
 
 import numpy as np
 
-from keras_vit.variants import HYBRIDS, VARIANTS
+from keras_vit.variants import list_models
 
 DEFAULT_SIZE = 224
 
 
 def _build(model, weights, image_size):
-    import keras_vit
-    from keras_vit.inference.predict import load_keras_file
+    """The model to inspect: a saved `.keras` model, or a builder of `list_models()` without
+    its head, at `image_size` (default 224)."""
+    from keras_vit.run_folder import load_model
 
     if model.endswith(".keras"):
-        if not os.path.isfile(model):
-            raise FileNotFoundError(f"No saved model at {model}.")
         if weights is not None:
             raise ValueError("--weights cannot be combined with a saved .keras model, which has its own.")
-        return load_keras_file(model)
-    if model not in VARIANTS and model not in HYBRIDS:
-        raise ValueError(
-            f"Unknown --model {model!r}; expected one of {', '.join([*VARIANTS, *HYBRIDS])} or a "
-            "path to a saved .keras model."
-        )
+        return load_model(model)[0]
     size = image_size or DEFAULT_SIZE
-    return getattr(keras_vit, model)(
-        include_top=False, weights=weights, input_shape=(size, size, 3)
-    )
+    return load_model(model, weights, include_top=False, input_shape=(size, size, 3))[0]
 
 
 def _model_size(model, image_size):
@@ -93,8 +85,8 @@ def register(subparsers):
     )
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image file(s); distances average over all")
     parser.add_argument(
-        "--model", default="ViTB16", metavar="VARIANT|MODEL.keras",
-        help=f"a variant ({', '.join([*VARIANTS, *HYBRIDS])}) or a saved .keras model (default ViTB16)",
+        "--model", default="ViTB16", metavar="NAME|MODEL.keras",
+        help=f"a model name ({', '.join(list_models())}) or a saved .keras model (default ViTB16)",
     )
     parser.add_argument("--weights", default=None, metavar="NAME|PATH", help="pretrained weights: a name or checkpoint path")
     parser.add_argument("--image-size", type=int, default=None, metavar="INT", help="input size (default: the model's, or 224)")

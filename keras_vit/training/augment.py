@@ -57,14 +57,18 @@ def train_resize(crop, size):
 
 
 def center_crop(image, size, crop_fraction=1.0):
-    """Resize the shorter side to `size / crop_fraction`, then take the central `size` square."""
+    """Resize the shorter side to `size / crop_fraction`, then take the central `size` square.
+
+    Only that square is computed (the pixels of `resize` to the whole scaled size, cropped):
+    a small `crop_fraction` never makes the whole scaled image."""
     shape = tf.cast(tf.shape(image)[:2], tf.float32)
     scale = size / crop_fraction / tf.reduce_min(shape)
     scaled = tf.maximum(tf.cast(tf.round(shape * scale), tf.int32), size)
-    image = resize(image, scaled)
-    top = (scaled[0] - size) // 2
-    left = (scaled[1] - size) // 2
-    image = tf.image.crop_to_bounding_box(image, top, left, size, size)
+    corner = tf.cast((scaled - size) // 2, tf.float32)  # top, left of the square in the scaled image
+    image = tf.raw_ops.ScaleAndTranslate(  # `tf.image.resize(..., antialias=True)`'s own op, shifted
+        images=tf.cast(image, tf.float32)[None], size=[size, size], scale=tf.cast(scaled, tf.float32) / shape,
+        translation=-corner, kernel_type="triangle", antialias=True,
+    )[0]
     return tf.ensure_shape(image, [size, size, 3])
 
 

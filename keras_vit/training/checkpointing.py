@@ -27,10 +27,11 @@ import tempfile
 import keras
 import numpy as np
 
+from keras_vit import run_folder
 from keras_vit.files import atomic_path, regular_file, remove_stale, write_json
 from keras_vit.training import ema
 
-STATE = "state.json"
+STATE = run_folder.STATE
 WEIGHTS_NAME = re.compile(r"step-(\d+)\.weights\.h5")
 
 
@@ -148,7 +149,7 @@ class RunState(keras.callbacks.Callback):
                  saving=lambda model: contextlib.nullcontext(), collective_save=False):
         super().__init__()
         self.run_dir = run_dir
-        self.directory = os.path.join(run_dir, "checkpoint")
+        self.directory = run_folder.path(run_dir, run_folder.CHECKPOINT)
         self.inference_model = inference_model
         self.every_steps = int(every_steps)
         self.monitor = monitor
@@ -165,7 +166,7 @@ class RunState(keras.callbacks.Callback):
 
     @property
     def best_path(self):
-        return os.path.join(self.run_dir, "best.keras")
+        return run_folder.path(self.run_dir, run_folder.BEST)
 
     @property
     def good_path(self):

@@ -3,7 +3,7 @@
 import os
 import sys
 
-from keras_vit import fields
+from keras_vit import fields, run_folder
 from keras_vit.training.recipes import RECIPES, TrainConfig, check_recipe_command, recipe
 
 
@@ -22,7 +22,7 @@ def _train(args):
     from keras_vit.training.checkpointing import SettingsChanged
 
     try:
-        result = train(config, resume=not args.fresh)
+        result = train(config, resume=not args.fresh, overwrite_output_dir=args.overwrite_output_dir)
     except TrainingDiverged as error:
         print(f"keras-vit train: {error}", file=sys.stderr)
         return 3
@@ -39,7 +39,7 @@ def _train(args):
     )
     run_dir = os.path.abspath(result.run_dir)
     print(f"Saved the best model to {os.path.abspath(result.best_path)} (last epoch: {os.path.abspath(result.final_path)}).")
-    print(f"Logs: {run_dir}/log.csv, TensorBoard: {run_dir}/tensorboard")
+    print(f"Logs: {run_folder.path(run_dir, run_folder.LOG)}, TensorBoard: {run_folder.path(run_dir, run_folder.TENSORBOARD)}")
     return 0
 
 
@@ -49,7 +49,7 @@ def _pretrain(args):
     from keras_vit.training.pretrain import pretrain
 
     try:
-        result = pretrain(config, resume=not args.fresh)
+        result = pretrain(config, resume=not args.fresh, overwrite_output_dir=args.overwrite_output_dir)
     except TrainingDiverged as error:
         print(f"keras-vit pretrain: {error}", file=sys.stderr)
         return 3
@@ -64,6 +64,14 @@ def _pretrain(args):
     return 0
 
 
+def _run_folder_flags(parser):
+    parser.add_argument("--fresh", action="store_true",
+                        help="start the run anew: remove what an earlier run wrote into the run directory")
+    parser.add_argument("--overwrite-output-dir", action="store_true",
+                        help="write the run into an --output-dir that holds other files (files of a run's names "
+                        "in it are replaced)")
+
+
 def register(subparsers):
     train = subparsers.add_parser(
         "train",
@@ -76,7 +84,7 @@ def register(subparsers):
     )
     train.add_argument("--recipe", default="digits", choices=sorted(RECIPES), help="base recipe (default digits)")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any option (repeatable)")
-    train.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in the run directory")
+    _run_folder_flags(train)
     fields.add_flags(train, TrainConfig, skip=("recipe",))
     train.set_defaults(func=_train)
 
@@ -92,6 +100,6 @@ def register(subparsers):
     pretrain.add_argument("--recipe", default="masked_patch_digits", choices=sorted(RECIPES),
                           help="base recipe (default masked_patch_digits; masked_patch: the paper's ViT-B/16)")
     pretrain.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any option (repeatable)")
-    pretrain.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in the run directory")
+    _run_folder_flags(pretrain)
     fields.add_flags(pretrain, TrainConfig, skip=("recipe",))
     pretrain.set_defaults(func=_pretrain)

@@ -23,6 +23,10 @@ STRATEGIES = {
 }
 MASK_TARGETS = ("color", "pixels")
 LORA_TARGETS = ("qkv", "out", "mlp")  # the encoder projections LoRA adapts (`training.lora`)
+# Bounds of the batch size and the step and epoch counts: beyond them TensorFlow's int32 / int64
+# counters overflow; no real run comes near (2**20 images a step, 10**9 steps or epochs).
+MAX_BATCH = 2**20
+MAX_STEPS = 10**9
 
 DATA, MODEL, OPTIMISATION, PRETRAIN, SYSTEM, OUTPUTS = (
     "data", "model", "optimisation", "masked patch prediction (pretrain)", "system", "outputs"
@@ -44,6 +48,16 @@ def check_decay(decay):
     return float(decay)
 
 
+def check_data(data):
+    """`data` if it names a data set (a non-empty string or path)."""
+    if not isinstance(data, (str, os.PathLike)) or not os.fspath(data).strip():
+        raise ValueError(
+            f"data={data!r} must name the data: 'digits', a tensorflow-datasets name, an image folder "
+            "(CLASS/IMAGE) or an .npz file."
+        )
+    return data
+
+
 def _check_split(split):
     split = fields.numbers_tuple("mask_split", 3, "fractions of the [mask] token, a random other patch, unchanged")(split)
     if min(split) < 0 or sum(split) <= 0:
@@ -60,7 +74,7 @@ class TrainConfig:
 
     data: str = option(
         "digits", "'digits', a tensorflow-datasets name (cifar10, imagenet2012, ...), an image folder "
-        "(CLASS/IMAGE) or an .npz", group=DATA, metavar="NAME|DIR|FILE")
+        "(CLASS/IMAGE) or an .npz", group=DATA, metavar="NAME|DIR|FILE", check=check_data)
     data_dir: Optional[str] = option(
         None, "tensorflow-datasets data_dir (default $TFDS_DATA_DIR or ~/tensorflow_datasets)", group=DATA,
         metavar="DIR")
@@ -131,12 +145,12 @@ class TrainConfig:
 
     batch_size: int = option(
         512, "global batch size of one optimizer step (all replicas, all accumulated micro-batches)",
-        group=OPTIMISATION, interval="[1, inf)")
+        group=OPTIMISATION, interval=f"[1, {MAX_BATCH}]")
     accumulation_steps: int = option(
-        1, "micro-batches accumulated per optimizer step", group=OPTIMISATION, interval="[1, inf)")
-    epochs: int = option(10, "epochs (ignored when steps is set)", group=OPTIMISATION, interval="[1, inf)")
+        1, "micro-batches accumulated per optimizer step", group=OPTIMISATION, interval=f"[1, {MAX_BATCH}]")
+    epochs: int = option(10, "epochs (ignored when steps is set)", group=OPTIMISATION, interval=f"[1, {MAX_STEPS}]")
     steps: Optional[int] = option(
-        None, "total optimizer steps (overrides epochs)", group=OPTIMISATION, interval="[1, inf)")
+        None, "total optimizer steps (overrides epochs)", group=OPTIMISATION, interval=f"[1, {MAX_STEPS}]")
     optimizer: str = option(
         "sgd", "sgd, adam, adamw or muon (Keras' Muon for the hidden kernels, its AdamW step for embeddings, head, "
         "norms and biases)", group=OPTIMISATION, choices=OPTIMIZERS)

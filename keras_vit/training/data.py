@@ -27,6 +27,8 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.files import regular_file
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 VAL_FRACTION = 0.1  # held out by default where there is no validation split (digits: 0.2)
 DIGITS_VAL_FRACTION = 0.2
@@ -92,8 +94,9 @@ def load_source(
     if data == "digits":
         return digits(val_fraction=val_fraction, seed=seed)
     if data.endswith(".npz"):
-        if not os.path.isfile(data):
+        if not os.path.lexists(data):
             raise FileNotFoundError(f"No such .npz file: {data}")
+        regular_file(data, "as a data set")
         return from_npz(data, val_fraction=val_fraction, seed=seed)
     if os.path.isdir(data):
         return from_folder(data, val_fraction=val_fraction, on_corrupt=on_corrupt, seed=seed)
@@ -260,7 +263,7 @@ def _scan_folder(root, on_corrupt):
             for file in sorted(files):
                 if not file.lower().endswith(IMAGE_EXTENSIONS):
                     continue
-                path = os.path.join(folder, file)
+                path = regular_file(os.path.join(folder, file), "as an image")  # a FIFO would block
                 if _readable_image(path):
                     paths.append(path)
                     labels.append(label)

@@ -8,11 +8,14 @@ planning the steps, the optimizer, the run folder, resuming, the NaN guard, the 
 verbosity, and saving (`Run.save`, the one save path).
 """
 
+import contextlib
 import dataclasses
 import importlib.util
+import io
 import json
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -20,8 +23,9 @@ from typing import Any, Callable, Optional
 
 import keras
 
+from keras_vit import run_folder
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.files import write_json
+from keras_vit.files import regular_file, write_json, write_text
 from keras_vit.training import checkpointing, ema, fewshot, layer_decay, lora, optim, pipeline, precision
 from keras_vit.training.parallel import distribution, hosts, run_agreement
 from keras_vit.training.data import load_source
@@ -60,6 +64,10 @@ class Task:
     def setup(self, config, source, augmentation):
         """The `Setup` of the run: models, loss and metrics, label format, batch transform."""
         raise NotImplementedError
+
+    def logged(self, config):
+        """The names of the training metrics the epoch logs hold (each also as `val_NAME`)."""
+        return ("loss",)
 
     def metadata(self, config, source):
         """`{file name: JSON payload}` written into the run folder besides `config.json`."""
@@ -133,22 +141,39 @@ def resolve_config(task, config, overrides):
     return config.replace(**overrides)
 
 
-def run(task, config=None, *, data=None, callbacks=(), resume=True, **overrides):
+def check_monitor(task, config):
+    """Raises ValueError unless `config.monitor` is a metric the run logs (else no epoch would
+    ever be the best): the task's, on the training or the validation data, or a few-shot
+    accuracy (`fewshot_Kshot`) when `fewshot_every` is set."""
+    names = task.logged(config)
+    names = [*names, *(f"val_{name}" for name in names)]
+    if config.monitor in names or (config.fewshot_every and re.fullmatch(r"fewshot_\d+shot", config.monitor)):
+        return
+    fewshot = ", or fewshot_Kshot (K training images per class) with fewshot_every" if config.fewshot_every else ""
+    raise ValueError(f"monitor={config.monitor!r} is not a metric this run logs; expected one of {', '.join(names)}{fewshot}.")
+
+
+def run(task, config=None, *, data=None, callbacks=(), resume=True, overwrite_output_dir=False, **overrides):
     """Runs `task` with `config` (a `TrainConfig` or a recipe name) and `overrides`; returns
-    what `task.finish` makes of it. `data`, `callbacks` and `resume` as for `train`."""
+    what `task.finish` makes of it. `data`, `callbacks`, `resume` and `overwrite_output_dir`
+    as for `train`."""
     config = resolve_config(task, config, overrides)
+    check_monitor(task, config)
+    run_folder.check_owned(config.run_dir, overwrite_output_dir)
     started = time.time()
-    previous_policy = keras.config.dtype_policy()
-    seed_everything(config)
-    if keras.backend.backend() == "torch":
-        torch_cpu_threads()
     plan = distribution.plan(config.strategy, config.model_parallel_size, config.host_timeout)
-    policy = precision.apply_precision(config.precision)
-    try:
-        with plan.scope():
-            return _run(task, config, plan, policy, data, callbacks, resume, started)
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
+    # the chief writes the run folder: it holds the folder's lock for the run
+    with run_folder.locked(config.run_dir) if plan.is_chief else contextlib.nullcontext():
+        previous_policy = keras.config.dtype_policy()
+        seed_everything(config)
+        if keras.backend.backend() == "torch":
+            torch_cpu_threads()
+        policy = precision.apply_precision(config.precision)
+        try:
+            with plan.scope():
+                return _run(task, config, plan, policy, data, callbacks, resume, started)
+        finally:
+            keras.config.set_dtype_policy(previous_policy)
 
 
 def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
@@ -211,7 +236,7 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
                       fit_verbosity(config.verbose) if plan.is_chief else 0)
     ema.use_average(train_model)  # the weights saved and returned from here on: the average, if kept
     if config.lora_rank and plan.is_chief:
-        lora.save(setup.model, os.path.join(config.run_dir, "lora.npz"))
+        lora.save(setup.model, run_folder.path(config.run_dir, run_folder.LORA))
     return task.finish(Run(config, plan, policy, setup, state, val_ds, history, start, started))
 
 
@@ -304,16 +329,17 @@ def make_optimizer(config, total_steps, model):
 
 
 def _write_run_folder(task, config, source, data, fresh):
+    """Writes the run's metadata; a run starting from step 0 first clears what an earlier run
+    left (`run_folder.clear`)."""
     os.makedirs(config.run_dir, exist_ok=True)
-    log = os.path.join(config.run_dir, "log.csv")
-    if fresh and os.path.exists(log):
-        os.remove(log)
+    if fresh:
+        run_folder.clear(config.run_dir)
     recorded = config.to_dict()
     if data is not None:  # given to the function directly: a name or path is reloadable, arrays are not
         recorded["data"] = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
-    files = {"config.json": recorded, **task.metadata(config, source)}
+    files = {run_folder.CONFIG: recorded, **task.metadata(config, source)}
     for name, payload in files.items():
-        write_json(os.path.join(config.run_dir, name), payload)
+        write_json(run_folder.path(config.run_dir, name), payload)
 
 
 def make_callbacks(config, plan, state, extra):
@@ -327,12 +353,33 @@ def make_callbacks(config, plan, state, extra):
     if config.ema_decay:
         callbacks.append(ema.EvaluateAverage())
     if plan.is_chief:
-        callbacks.append(keras.callbacks.CSVLogger(os.path.join(config.run_dir, "log.csv"), append=True))
+        callbacks.append(RunLog(run_folder.path(config.run_dir, run_folder.LOG)))
         if config.tensorboard and importlib.util.find_spec("tensorboard") is not None:
-            callbacks.append(keras.callbacks.TensorBoard(os.path.join(config.run_dir, "tensorboard")))
+            callbacks.append(keras.callbacks.TensorBoard(run_folder.path(config.run_dir, run_folder.TENSORBOARD)))
         elif config.tensorboard:
             warnings.warn("TensorBoard logs skipped: the `tensorboard` package is not installed.", stacklevel=3)
     return callbacks + list(extra)
+
+
+class RunLog(keras.callbacks.CSVLogger):
+    """Keras' `CSVLogger` appending to `path`, each epoch's row added by writing the whole file
+    under a temporary name and renaming it: a kill never leaves half a row."""
+
+    def __init__(self, path):
+        super().__init__(path, append=True)
+
+    def on_train_begin(self, logs=None):
+        text = ""
+        if os.path.lexists(self.filename):
+            with open(regular_file(self.filename, "as the run's log"), encoding="utf-8", newline="") as handle:
+                text = handle.read()
+        self.append_header = not text.partition("\n")[0]
+        self.csv_file, self.writer, self.keys = io.StringIO(text), None, None
+        self.csv_file.seek(0, io.SEEK_END)
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        write_text(self.filename, self.csv_file.getvalue())
 
 
 def fit_verbosity(verbose):

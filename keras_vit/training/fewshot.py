@@ -11,11 +11,14 @@ with the few-shot set's mean and standard deviation, a constant feature of 100 a
 """
 
 import csv
+import io
 import os
 
 import keras
 import numpy as np
 
+from keras_vit import run_folder
+from keras_vit.files import append_text
 from keras_vit.training import ema
 
 SHOTS = (1, 5, 10, 25)
@@ -198,17 +201,14 @@ class FewShotCallback(keras.callbacks.Callback):
         return self.latest
 
     def _write(self, step):
-        path = os.path.join(self.log_dir, "fewshot.csv")
-        new = not os.path.exists(path)
-        with open(path, "a", newline="") as handle:
-            writer = csv.writer(handle)
-            if new:
-                writer.writerow(["step", *self.latest])
-            writer.writerow([step, *(f"{v:.6f}" for v in self.latest.values())])
+        header, row = io.StringIO(), io.StringIO()
+        csv.writer(header).writerow(["step", *self.latest])
+        csv.writer(row).writerow([step, *(f"{v:.6f}" for v in self.latest.values())])
+        append_text(run_folder.path(self.log_dir, run_folder.FEWSHOT), row.getvalue(), header.getvalue())
         if self.tensorboard:
             import tensorflow as tf
 
-            writer = tf.summary.create_file_writer(os.path.join(self.log_dir, "tensorboard", "fewshot"))
+            writer = tf.summary.create_file_writer(os.path.join(self.log_dir, run_folder.TENSORBOARD, "fewshot"))
             with writer.as_default():
                 for name, value in self.latest.items():
                     tf.summary.scalar(f"fewshot_{name}", value, step=step)
@@ -241,7 +241,8 @@ def config_callbacks(config, source, model, log_dir):
 
 def command(args):
     """`keras-vit evaluate MODEL --fewshot 1,5,10,25`: prints the accuracy per shot count."""
-    from keras_vit.inference.predict import load_model, recorded_source, run_metadata
+    from keras_vit.inference.predict import recorded_source
+    from keras_vit.run_folder import load_model, metadata
 
     shots = parse_shots(args.fewshot)
     if args.seeds < 1:
@@ -249,7 +250,7 @@ def command(args):
     model, _, crop = load_model(args.model)
     options = {"data_dir": args.data_dir} if args.data_dir else {}
     source = recorded_source(args.model, args.data, **options)
-    size = run_metadata(args.model).get("classes", {}).get("image_size")
+    size = metadata(args.model).get("classes", {}).get("image_size")
     results = evaluate(model, source, shots=shots, seeds=args.seeds, layer=args.layer, image_size=image_size_of(model, size),
                        batch_size=args.batch_size, crop_fraction=crop, per_seed=True)
     where = "pre-logits" if args.layer is None else f"block {args.layer}"

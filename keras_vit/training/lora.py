@@ -27,6 +27,7 @@ import zipfile
 import keras
 import numpy as np
 
+from keras_vit.files import atomic_path, regular_file
 from keras_vit.layers.linear import Linear
 from keras_vit.training.config import LORA_TARGETS, parse_lora_targets as parse_targets
 
@@ -97,7 +98,8 @@ def write(path, arrays, settings, layout="npz"):
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}; expected one of {LAYOUTS}.")
     if layout == "npz":
-        np.savez(path, __settings__=json.dumps(settings), **arrays)
+        with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+            np.savez(handle, __settings__=json.dumps(settings), **arrays)
     elif layout == "peft":
         lora_layouts.write_peft(os.fspath(path), arrays, settings)
     else:
@@ -114,7 +116,7 @@ def read(path):
     if path.endswith(lora_layouts.KERASHUB_SUFFIX):
         return lora_layouts.read_kerashub(path)
     try:
-        with np.load(path) as stored:
+        with np.load(regular_file(path, "as LoRA matrices")) as stored:
             settings = json.loads(str(stored["__settings__"]))
             arrays = {key: stored[key] for key in stored.files if key != "__settings__"}
     except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:

@@ -64,25 +64,17 @@ class TrainingModel(keras.Model):
 
     def _symbolic_build(self, iterator=None, data_batch=None):
         # Keras builds the metrics from a batch as the dataset gives it, before the training
-        # step (TensorFlow under a distribution strategy passes the batch, PyTorch's `fit` the
-        # epoch iterator it takes one from): give it a finished one.
+        # step (JAX, PyTorch: the first of `iterator`; TensorFlow under a distribution
+        # strategy: `data_batch`): give it a finished one.
         if data_batch is not None:
             data_batch = finish(data_batch)
-        if iterator is not None:
-            iterator = _Finished(iterator)
-        return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
+        return super()._symbolic_build(iterator=iterator and _finishing(iterator), data_batch=data_batch)
 
 
-class _Finished:
-    """Keras' epoch iterator with its batches finished: its steps are `(begin, end, batches)`,
-    a list (PyTorch) or an iterator (JAX, read lazily: it is endless)."""
-
-    def __init__(self, iterator):
-        self.iterator = iterator
-
-    def __iter__(self):
-        for begin, end, batches in self.iterator:
-            if isinstance(batches, (list, tuple)):
-                yield begin, end, [finish(batch) for batch in batches]
-            else:
-                yield begin, end, map(finish, batches)
+def _finishing(iterator):
+    """An epoch iterator's `(step, index, batches)` with the batches `finish`ed as they are taken."""
+    for step, index, batches in iterator:
+        if isinstance(batches, (list, tuple)):
+            yield step, index, [finish(batches[0]), *batches[1:]]
+        else:
+            yield step, index, map(finish, batches)

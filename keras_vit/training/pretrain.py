@@ -15,6 +15,7 @@ import math
 
 import keras
 
+from keras_vit import run_folder
 from keras_vit.training import engine, masked_patch
 
 
@@ -60,8 +61,11 @@ class MaskedPatchPrediction(engine.Task):
 
         return engine.Setup(encoder, model, dict(loss=loss, weighted_metrics=metrics), transform=corrupt)
 
+    def logged(self, config):
+        return ("loss", "accuracy") if config.mask_target == "color" else ("loss",)
+
     def finish(self, run):
-        encoder_path = run.save(run.setup.model, "encoder.keras")
+        encoder_path = run.save(run.setup.model, run_folder.ENCODER)
         results = run.evaluate()
         return PretrainResult(
             encoder=run.setup.model,
@@ -77,7 +81,7 @@ class MaskedPatchPrediction(engine.Task):
         )
 
 
-def pretrain(config=None, *, data=None, callbacks=(), resume=True, **overrides):
+def pretrain(config=None, *, data=None, callbacks=(), resume=True, overwrite_output_dir=False, **overrides):
     """Pre-trains a ViT encoder by masked patch prediction; returns a `PretrainResult`.
 
     Args:
@@ -85,8 +89,11 @@ def pretrain(config=None, *, data=None, callbacks=(), resume=True, **overrides):
             "masked_patch" for the paper's ViT-B/16 set-up).
         data: optionally data instead of `config.data` (as for `train`; labels are ignored).
         callbacks: more Keras callbacks.
-        resume: continue from the checkpoint in the run directory if there is one.
+        resume: continue from the checkpoint in the run directory if there is one (False:
+            start anew, removing what an earlier run wrote there).
+        overwrite_output_dir: write into a run directory that holds files but no run, as `train`.
         **overrides: any `TrainConfig` field (`mask_rate`, `mask_split`, `mask_target`,
             `color_bits` set the objective).
     """
-    return engine.run(MaskedPatchPrediction(), config, data=data, callbacks=callbacks, resume=resume, **overrides)
+    return engine.run(MaskedPatchPrediction(), config, data=data, callbacks=callbacks, resume=resume,
+                      overwrite_output_dir=overwrite_output_dir, **overrides)

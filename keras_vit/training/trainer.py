@@ -10,6 +10,7 @@ import os
 
 import keras
 
+from keras_vit import run_folder
 from keras_vit.torch_compile import compile_once
 from keras_vit.training import engine, on_step
 from keras_vit.training.heads import logits_output
@@ -83,13 +84,16 @@ class Classification(engine.Task):
             model, train_model, dict(loss=loss, weighted_metrics=metrics), one_hot=one_hot, on_step=True
         )
 
+    def logged(self, config):
+        return ("loss", "accuracy", "top5")
+
     def metadata(self, config, source):
         classes = {"class_names": source.class_names, "image_size": config.image_size, "eval_crop": config.eval_crop}
-        return {"classes.json": classes}
+        return {run_folder.CLASSES: classes}
 
     def finish(self, run):
         model, state = run.setup.model, run.state
-        final_path = run.save(model, "final.keras")
+        final_path = run.save(model, run_folder.FINAL)
         has_best = state.best is not None  # the same on every process (load_weights is a collective on a mesh)
         if has_best:
             model.load_weights(state.best_path)
@@ -113,7 +117,7 @@ class Classification(engine.Task):
         )
 
 
-def train(config=None, *, model=None, data=None, callbacks=(), resume=True, **overrides):
+def train(config=None, *, model=None, data=None, callbacks=(), resume=True, overwrite_output_dir=False, **overrides):
     """Trains a ViT; returns a `TrainResult`. Rerun with the same settings to resume.
 
     Args:
@@ -123,7 +127,11 @@ def train(config=None, *, model=None, data=None, callbacks=(), resume=True, **ov
         data: optionally data instead of `config.data`: NumPy `(x, y)` or
             `((x_train, y_train), (x_val, y_val))`, a folder, a tfds name or "digits".
         callbacks: more Keras callbacks.
-        resume: continue from the checkpoint in the run directory if there is one.
+        resume: continue from the checkpoint in the run directory if there is one (False:
+            start anew, removing what an earlier run wrote there).
+        overwrite_output_dir: write into a run directory that holds files but no run
+            (refused otherwise); files of a run's names there are replaced.
         **overrides: any `TrainConfig` field.
     """
-    return engine.run(Classification(model), config, data=data, callbacks=callbacks, resume=resume, **overrides)
+    return engine.run(Classification(model), config, data=data, callbacks=callbacks, resume=resume,
+                      overwrite_output_dir=overwrite_output_dir, **overrides)

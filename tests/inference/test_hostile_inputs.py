@@ -77,7 +77,9 @@ def test_centre_crop_of_a_long_image_equals_the_full_resize_cropped(rng):
     scaled = np.maximum(np.round(np.float32(16 / 0.875) / 7 * np.float32([7, 640])).astype(int), 16)
     full = images.resize(image, tuple(scaled))
     top, left = (scaled - 16) // 2
-    np.testing.assert_allclose(crop, full[top : top + 16, left : left + 16], rtol=0, atol=1e-3)
+    # the window's sample positions are float32 sums as TensorFlow's shifted resize makes them
+    # ((x + 0.5) / scale + left / scale): up to ~5e-3 of a level from the full resize's
+    np.testing.assert_allclose(crop, full[top : top + 16, left : left + 16], rtol=0, atol=1e-2)
 
 
 # ------------------------------------------------------------------ 8: streaming

@@ -253,7 +253,7 @@ def test_inspect_command(models, tmp_path, rng, capsys):
             assert_png(out / name)
     assert "skipping the embedding filters" in capsys.readouterr().out
     assert main(["inspect", str(image_path), "--model", "ViTX99", "--out", str(tmp_path / "x")]) == 2
-    assert "Unknown --model 'ViTX99'" in capsys.readouterr().err
+    assert "Unknown model 'ViTX99'" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path / "missing.png"), "--model", str(saved), "--out", str(tmp_path / "x")]) == 2
     assert "No image file" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

@@ -14,6 +14,7 @@ import pytest
 from keras_vit.cli import main
 from keras_vit.training import TrainConfig, pretrain, recipe, train
 from keras_vit.training.pretrain import build_encoder
+from tests.support.commands import fails
 
 TINY = dict(
     model="custom", patch_size=2, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, image_size=8, batch_size=32,
@@ -149,3 +150,34 @@ def test_the_field_table_lists_every_option_once():
             assert table.count(f"| `--{field.name.replace('_', '-')}` |") == 1, field.name
     assert "| `--optimizer` | `sgd` | `sgd`, `adam`, `adamw` |" in table
     assert "train[:90%]" in table  # not argparse's %% escape
+
+
+HUGE = "99999999999999999999"
+
+
+@pytest.mark.parametrize("command", ["train", "pretrain"])
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--batch-size", HUGE], f"batch_size={HUGE} must be in [1, 1048576]"),
+     (["--steps", HUGE], f"steps={HUGE} must be in [1, 1000000000]"),
+     (["--epochs", HUGE], f"epochs={HUGE} must be in [1, 1000000000]"),
+     (["--monitor", "val_top1"], "monitor='val_top1' is not a metric this run logs; expected one of loss"),
+     (["--set", "data="], "data='' must name the data: 'digits', a tensorflow-datasets name"),
+     (["--data", " "], "data=' ' must name the data")],
+)
+def test_a_bad_command_line_value_is_one_line_before_the_data(tmp_path, capsys, command, argv, message):
+    """Out-of-range counts, a metric the run does not log, no data: refused before anything is read or written."""
+    run_dir = tmp_path / "run"
+    fails([command, "--output-dir", run_dir, *argv], capsys, message)
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("function, recipe_name, logged", [
+    (train, "digits", "loss, accuracy, top5, val_loss, val_accuracy, val_top5"),
+    (pretrain, "masked_patch_digits", "loss, accuracy, val_loss, val_accuracy"),
+])
+def test_monitor_names_what_the_run_logs(tmp_path, function, recipe_name, logged):
+    with pytest.raises(ValueError, match=re.escape(f"expected one of {logged}.")):
+        function(recipe_name, output_dir=str(tmp_path / "run"), monitor="top1")
+    with pytest.raises(ValueError, match="or fewshot_Kshot"):
+        function(recipe_name, output_dir=str(tmp_path / "run"), monitor="fewshot_top1", fewshot_every=5)

@@ -173,6 +173,7 @@ def test_run_folder_files_have_normal_permissions_and_no_leftovers(tmp_path):
     config = _config(tmp_path, epochs=1, depth=1, val_fraction=0.2, checkpoint_every=2)
     checkpoint = os.path.join(config.run_dir, "checkpoint")
     os.makedirs(checkpoint)
+    files.write_json(os.path.join(config.run_dir, "config.json"), config.to_dict())  # written when it started
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = [  # what a run killed while saving leaves behind
         os.path.join(checkpoint, f"{files.TMP_PREFIX}{int(dead.stdout)}-abcd1234.step-4.weights.h5"),
@@ -246,3 +247,15 @@ def test_accumulation_follows_the_learning_rate_curve_of_one_large_batch(tmp_pat
         result = train(config, data=_small_digits(), callbacks=[recorder])
         assert result.steps == updates * accumulation
         np.testing.assert_allclose(recorder.rates, expected, rtol=1e-5, atol=1e-9, err_msg=f"accumulation {accumulation}")
+
+
+def test_scratch_recipe_trains_with_its_mixup_and_cutmix(tmp_path):
+    """The `scratch` recipe (MixUp 0.8, CutMix 1.0, RandAugment, label smoothing) trains on every backend."""
+    tiny = dict(image_size=8, model="custom", patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=16,
+                batch_size=32, reference_batch_size=32, steps=3, warmup_steps=1, eval_crop=1.0, tensorboard=False,
+                verbose=0, jit_compile=TINY["jit_compile"], output_dir=str(tmp_path / "run"))
+    config = recipe("scratch", **tiny)
+    assert config.mixup > 0 and config.cutmix > 0 and config.randaugment_ops > 0
+    x, y = _small_digits()
+    result = train(config, data=(np.repeat(x[..., None], 3, axis=-1), y))
+    assert result.steps == 3 and np.isfinite(result.history["loss"]).all()

@@ -38,9 +38,11 @@ import uuid
 
 import keras
 
+from keras_vit import run_folder
+
 EXIT_HOST_LOST = 75  # EX_TEMPFAIL: rerun (resume) once the hosts are back
 EXIT_TERMINATED = 143  # 128 + SIGTERM
-FOLDER = "hosts"
+FOLDER = run_folder.HOSTS
 # What a collective's error says (lower case) when a peer's connection broke: the peer is gone.
 PEER_GONE = ("connection reset by peer", "connection closed by peer", "closed by remote peer", "broken pipe",
              "socket closed")

@@ -10,6 +10,7 @@ difference all refuse with the same one-line error.
 import os
 import zlib
 
+from keras_vit import run_folder
 from keras_vit.training.checkpointing import STATE, read_state
 
 
@@ -28,7 +29,7 @@ def saved_state(directory):
 
 def check_same_state(plan, run_dir):
     """Raises `RunStatesDiffer` on every process unless all would resume from one state."""
-    rows = plan.gather(saved_state(os.path.join(run_dir, "checkpoint")))
+    rows = plan.gather(saved_state(run_folder.path(run_dir, run_folder.CHECKPOINT)))
     if all(row == rows[0] for row in rows):
         return
     seen = ", ".join(

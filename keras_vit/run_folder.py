@@ -1,0 +1,228 @@
+"""The run folder of `train` / `pretrain`, as a contract: the names of its files, who may write
+into it, and loading a model from it (or by name) with its preprocessing and classes.
+
+    RUN/config.json          the run's `TrainConfig` (`data` as given)
+    RUN/classes.json         `train`: class names, image size, evaluation crop
+    RUN/log.csv              one row of metrics per epoch
+    RUN/fewshot.csv          one row per few-shot evaluation (`fewshot_every`)
+    RUN/best.keras           the model of the best epoch by `monitor`
+    RUN/final.keras          `train`: the model after the last step
+    RUN/encoder.keras        `pretrain`: the encoder after the last step
+    RUN/lora.npz             `lora_rank`: the LoRA matrices and the head
+    RUN/checkpoint/          `state.json` and the `step-N.weights.h5` it names: the state to resume from
+    RUN/tensorboard/         TensorBoard logs
+    RUN/hosts/               multi-host runs: each host's heartbeat
+    RUN/run.lock             while a run is going: its process id and host
+
+A folder is a run's when it is missing or empty, or holds a run's `config.json` or
+`checkpoint/state.json`; a run refuses any other folder unless told to use it
+(`overwrite_output_dir`), and a second run while one holds the lock. Every file is written
+under a temporary name and renamed (`keras_vit.files`). Plain Python: Keras is imported
+only to load a model.
+"""
+
+import contextlib
+import json
+import os
+import socket
+
+from keras_vit import files
+
+CONFIG = "config.json"
+CLASSES = "classes.json"
+LOG = "log.csv"
+FEWSHOT = "fewshot.csv"
+BEST = "best.keras"
+FINAL = "final.keras"
+ENCODER = "encoder.keras"
+LORA = "lora.npz"
+CHECKPOINT = "checkpoint"
+STATE = "state.json"  # in CHECKPOINT
+TENSORBOARD = "tensorboard"
+HOSTS = "hosts"  # multi-host runs: each host's heartbeat (`training.parallel.hosts`)
+LOCK = "run.lock"
+# What a run writes at the top of its folder; `clear` removes these (and only these). Not
+# HOSTS: the other hosts of a starting run may already beat there.
+RUN_FILES = (CONFIG, CLASSES, LOG, FEWSHOT, BEST, FINAL, ENCODER, LORA, CHECKPOINT, TENSORBOARD)
+# Keys every `config.json` of a run holds (`TrainConfig` fields since the first release).
+CONFIG_KEYS = ("data", "model", "recipe", "output_dir", "batch_size", "image_size")
+
+OVERWRITE_HINT = "pass --overwrite-output-dir (overwrite_output_dir=True) to write the run into it anyway"
+
+
+class NotARunFolder(FileExistsError):
+    """The output folder holds files, but no run of keras_vit."""
+
+
+class RunInProgress(FileExistsError):
+    """Another live process holds the run folder's lock."""
+
+
+def path(run_dir, name):
+    return os.path.join(run_dir, name)
+
+
+def state_path(run_dir):
+    return os.path.join(run_dir, CHECKPOINT, STATE)
+
+
+def is_run(run_dir):
+    """Whether `run_dir` holds a keras_vit run: its `checkpoint/state.json`, or a `config.json`
+    with a run's keys."""
+    if os.path.lexists(state_path(run_dir)):
+        return True
+    config = path(run_dir, CONFIG)
+    try:
+        with open(files.regular_file(config, "as a run's config"), encoding="utf-8") as handle:
+            recorded = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return isinstance(recorded, dict) and all(key in recorded for key in CONFIG_KEYS)
+
+
+def check_owned(run_dir, overwrite=False):
+    """Raises `NotARunFolder` (one line) unless a run may write into `run_dir`: missing,
+    empty (but for what keras_vit leaves: the lock, temporary files), a run's, or `overwrite`."""
+    if not os.path.lexists(run_dir):
+        return
+    if not os.path.isdir(run_dir):
+        raise NotADirectoryError(f"--output-dir {run_dir} is a file, not a folder; choose another output directory.")
+    others = [name for name in os.listdir(run_dir) if name not in (LOCK, HOSTS) and not name.startswith(files.TMP_PREFIX)]
+    if overwrite or not others or is_run(run_dir):
+        return
+    listed = ", ".join(sorted(others)[:3]) + (", ..." if len(others) > 3 else "")
+    raise NotARunFolder(
+        f"--output-dir {run_dir} holds files ({listed}) but no keras_vit run; refusing to write into it: choose "
+        f"another output directory, or {OVERWRITE_HINT}."
+    )
+
+
+def _owner(lock):
+    """`(pid, host)` recorded in the lock file, or None if it cannot be read."""
+    try:
+        with open(files.regular_file(lock, "as a run lock"), encoding="utf-8") as handle:
+            owner = json.load(handle)
+        return int(owner["pid"]), str(owner["host"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _stale(owner):
+    """Whether the lock's owner is gone: a dead process of this host (or an unreadable lock).
+    The owner of another host cannot be checked: its lock stays until removed."""
+    if owner is None:
+        return True
+    pid, host = owner
+    return host == socket.gethostname() and pid != os.getpid() and not files.alive(pid)
+
+
+@contextlib.contextmanager
+def locked(run_dir):
+    """Holds `run_dir`'s lock for the block: created exclusively (a link to a complete file),
+    holding this process's id and host; a stale lock (its process dead) is taken over; a live
+    one raises `RunInProgress`."""
+    os.makedirs(run_dir, exist_ok=True)
+    lock = path(run_dir, LOCK)
+    mine = {"pid": os.getpid(), "host": socket.gethostname()}
+    tmp = files.temporary_name(lock)
+    try:
+        files.write_json(tmp, mine)
+        for _ in range(3):
+            try:
+                os.link(tmp, lock)
+                break
+            except FileExistsError:
+                owner = _owner(lock)
+                if not _stale(owner):
+                    pid, host = owner
+                    raise RunInProgress(
+                        f"{run_dir} is in use by a run of process {pid} on {host} (its lock {lock}); wait for it "
+                        "to end, or give another --output-dir (remove the lock only if that run is gone)."
+                    ) from None
+                _take_away(lock, owner)
+        else:
+            raise RunInProgress(f"Could not take the lock {lock}: other runs keep taking it.")
+    finally:
+        files.remove(tmp)
+    try:
+        yield
+    finally:
+        if _owner(lock) == (mine["pid"], mine["host"]):
+            os.remove(lock)
+
+
+def _take_away(lock, owner):
+    """Removes the stale `lock` of `owner`, unless another run took it over meanwhile."""
+    aside = files.temporary_name(lock)
+    try:
+        os.replace(lock, aside)
+    except FileNotFoundError:
+        return
+    if _owner(aside) != owner:  # a live run's new lock: put it back
+        with contextlib.suppress(FileExistsError):
+            os.link(aside, lock)
+    files.remove(aside)
+
+
+def clear(run_dir):
+    """Removes what an earlier run wrote into `run_dir` (`RUN_FILES`: its models, logs, LoRA
+    matrices, few-shot rows, saved states), so that a run starts anew; nothing else."""
+    for name in RUN_FILES:
+        files.remove(path(run_dir, name))
+
+
+def metadata(model_path):
+    """`{"classes": ..., "config": ...}`: the `classes.json` and `config.json` of the run next
+    to `model_path` (those present)."""
+    from keras_vit.weights.containers import read_json
+
+    folder = os.path.dirname(os.path.abspath(model_path))
+    found = {}
+    for name in (CLASSES, CONFIG):
+        if os.path.lexists(path(folder, name)):
+            found[name.split(".")[0]] = read_json(path(folder, name))
+    return found
+
+
+def load_keras_file(file):
+    """`keras.saving.load_model(file)`, with a damaged file (zip CRC, truncation), one that is
+    not a regular file, or one naming classes that are not registered refused in one line
+    (ValueError)."""
+    import zipfile
+    import zlib
+
+    import keras
+
+    from keras_vit import layers  # noqa: F401 (registered for keras.saving.load_model)
+
+    files.regular_file(file, "as a Keras model")
+    try:
+        return keras.saving.load_model(file)
+    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, TypeError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{file}: cannot load it as a Keras model ({reason[:300]}).") from None
+
+
+def load_model(model="runs/digits/best.keras", weights="imagenet", **builder_args):
+    """`(model, class_names, eval_crop)` of `model`: a `.keras` file (the classes and crop its
+    run recorded), or a name of `keras_vit.list_models()` built with `weights` and
+    `builder_args` (the crop of its preprocessing). ImageNet class names for 1000 classes."""
+    from keras_vit.imagenet import imagenet_classes
+    from keras_vit.preprocessing import preprocessing
+    from keras_vit.variants import list_models
+
+    if model in list_models():
+        import keras_vit
+
+        loaded = getattr(keras_vit, model)(weights=weights, **builder_args)
+        recorded = {"eval_crop": preprocessing(loaded).crop_fraction}
+    elif os.path.lexists(model):
+        loaded, recorded = load_keras_file(model), metadata(model).get("classes", {})
+    elif os.sep in model or model.endswith(".keras"):
+        raise FileNotFoundError(f"No model at {model}: give a .keras file (e.g. runs/digits/best.keras) or a model name.")
+    else:
+        raise ValueError(f"Unknown model {model!r}; expected a .keras file or one of {', '.join(list_models())}.")
+    names = recorded.get("class_names")
+    if names is None and len(loaded.output_shape) == 2 and loaded.output_shape[-1] == 1000:
+        names = [name for _, name in imagenet_classes()]
+    return loaded, names, recorded.get("eval_crop", 1.0)
