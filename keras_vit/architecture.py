@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import keras
 
-from keras_vit import matmul_precision
+from keras_vit import interpolation as interpolations, matmul_precision
 from keras_vit.guard import VisionTransformerModel
 from keras_vit.torch_compile import compile_once
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
@@ -40,7 +40,10 @@ class ViTConfig:
     `layer_scale_init` (LayerScale in every block, None: none), `mlp` ("gelu", "swiglu") and
     `fc_norm` (the final LayerNorm on the pooled features instead of the tokens: timm's).
     `preprocessing`: what the model's inputs are scaled by (a name of
-    `keras_vit.preprocessing.PREPROCESSING`; None: its weights', else the paper's)."""
+    `keras_vit.preprocessing.PREPROCESSING`; None: its weights', else the paper's).
+    `interpolation`: how the learned position embeddings are resized to another patch grid
+    (a name of `keras_vit.interpolation.INTERPOLATIONS`; None: its weights' library's,
+    else the paper's "bilinear")."""
 
     patch_size: int = 16
     hidden_dim: int = 768
@@ -70,6 +73,7 @@ class ViTConfig:
     mlp: str = "gelu"
     fc_norm: bool = False
     preprocessing: Optional[str] = None
+    interpolation: Optional[str] = None
 
     @property
     def stride(self):
@@ -102,6 +106,8 @@ class ViTConfig:
             raise ValueError(problem)
         if self.preprocessing is not None:
             check_name(self.preprocessing)
+        if self.interpolation is not None:
+            interpolations.check(self.interpolation)
 
     @property
     def position_prefix(self):
@@ -185,7 +191,8 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
     if config.distillation_token:
         tokens = LearnedTokens(1, offset=1, name="dist_token")(tokens)
     position = POSITION_EMBEDDINGS[config.position_embedding]
-    tokens = position(grid, num_prefix_tokens=config.position_prefix, name="posembed_input")(tokens, patches)
+    resize = {"interpolation": config.interpolation or interpolations.DEFAULT} if position is PositionEmbedding else {}
+    tokens = position(grid, num_prefix_tokens=config.position_prefix, name="posembed_input", **resize)(tokens, patches)
     if config.num_registers:
         tokens = LearnedTokens(config.num_registers, offset=config.position_prefix, name="registers")(tokens)
     tokens = keras.layers.Dropout(config.dropout_rate, seed=config.seed, name="dropout", dtype="float32")(tokens)

@@ -61,6 +61,7 @@ def VisionTransformer(
     mlp="gelu",
     fc_norm=False,
     preprocessing=None,
+    interpolation=None,
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., 2021) as a functional `keras.Model`.
 
@@ -109,6 +110,11 @@ def VisionTransformer(
             `preprocess_input(x, model)`, `predict` and the exports): a name of
             `keras_vit.preprocessing.PREPROCESSING`; None: the named weights' or the
             checkpoint's, else "vit" ([-1, 1]).
+        interpolation: how the position embeddings are resized to another image size, at
+            load time and at run time: a name of `keras_vit.interpolation.INTERPOLATIONS`
+            ("bilinear": the original code's, "bicubic_antialias": timm's, "bicubic":
+            transformers', "bilinear_antialias": big_vision FlexiViT's); None: the
+            checkpoint's own library's, else "bilinear".
     """
     _check_architecture(
         patch_size=patch_size, hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim
@@ -146,6 +152,7 @@ def VisionTransformer(
         mlp=mlp,
         fc_norm=fc_norm,
         preprocessing=preprocessing,
+        interpolation=interpolation,
     )
     if weights is None:
         config = dataclasses.replace(
