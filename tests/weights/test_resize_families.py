@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 import keras_vit
-from tests.support.checkpoints import hf_reference_logits, original_npz_params, timm_reference_logits
+from tests.support.benchmarks import BENCHMARKS  # noqa: F401  (puts benchmarks/ on sys.path)
+from tests.support.checkpoints import hf_reference_logits, original_npz_params, randomize_hf_model, timm_reference_logits
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-F = torch.nn.functional
 
-from tests.weights.test_families_hf import _randomize, _timm_dinov2_reg  # noqa: E402
+from resize_agreement import timm_resample  # noqa: E402  (timm's resample_abs_pos_embed, in torch)
 
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
              patch_size=8)
@@ -50,7 +50,7 @@ def family(request, tmp_path_factory):
     if request.param in ("vit", "deit"):
         reference = model_class(config(**SMALL), add_pooling_layer=False)
     folder = tmp_path_factory.mktemp(request.param)
-    _randomize(reference, 7).save_pretrained(folder)
+    randomize_hf_model(reference, 7).eval().save_pretrained(folder)
     return request.param, str(folder), reference
 
 
@@ -89,32 +89,21 @@ def test_run_time_resize_survives_keras_round_trip(family, tmp_path):
 
 # ------------------------------------------------------------------- timm: resample_abs_pos_embed
 
-def timm_resample(posemb, new_size, num_prefix_tokens):
-    """timm's `resample_abs_pos_embed`, as it reads: prefix rows kept, the square patch grid
-    interpolated in float32 by bicubic `F.interpolate` with `antialias=True`."""
-    posemb = torch.as_tensor(np.asarray(posemb))
-    prefix, grid = posemb[:, :num_prefix_tokens], posemb[:, num_prefix_tokens:]
-    side = int(grid.shape[1] ** 0.5)
-    grid = grid.reshape(1, side, side, -1).permute(0, 3, 1, 2).float()
-    grid = F.interpolate(grid, size=new_size, mode="bicubic", antialias=True)
-    return torch.cat([prefix, grid.permute(0, 2, 3, 1).reshape(1, -1, grid.shape[1])], dim=1).numpy()
-
-
 def test_timm_dinov2_reg4_at_other_sizes(tmp_path):
-    """timm `vit_*_reg4_dinov2` (`no_embed_class`: the patch rows only) with `dynamic_img_size`:
-    the reference is transformers' model holding timm's resampled table, at the new size."""
-    from keras_vit.weights.containers import write_safetensors
-
+    """timm `vit_*_reg4_dinov2` (`no_embed_class`: the patch rows only, as keras_vit's timm
+    export writes it) with `dynamic_img_size`: the reference is transformers' model holding
+    timm's resampled table, at the new size."""
     config = transformers.Dinov2WithRegistersConfig(num_register_tokens=2, **SMALL)
-    source = _randomize(transformers.Dinov2WithRegistersModel(config), 8)
+    source = randomize_hf_model(transformers.Dinov2WithRegistersModel(config), 8).eval()
     source.save_pretrained(tmp_path / "hf")
-    tensors = _timm_dinov2_reg(str(tmp_path / "hf"))
-    write_safetensors(str(tmp_path / "reg.safetensors"), tensors, {"format": "pt"})
+    keras_vit.weights.export(keras_vit.from_checkpoint(str(tmp_path / "hf")), str(tmp_path / "reg.safetensors"),
+                             format="timm")
+    patch_rows = source.embeddings.position_embeddings.detach()[:, 1:]  # the file's `pos_embed`
     any_size = keras_vit.from_checkpoint(str(tmp_path / "reg.safetensors"), num_heads=2, input_shape=(None, None, 3),
                                          include_top=False)
     for size in SIZES:
         grid = (size[0] // 8, size[1] // 8)
-        table = timm_resample(tensors["pos_embed"], grid, num_prefix_tokens=0)
+        table = timm_resample(patch_rows, grid, num_prefix_tokens=0)
         reference = transformers.Dinov2WithRegistersModel(
             transformers.Dinov2WithRegistersConfig(num_register_tokens=2, **{**SMALL, "image_size": list(size)}))
         state = source.state_dict()
