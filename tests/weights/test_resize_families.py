@@ -200,3 +200,26 @@ def test_onnx_export_keeps_the_convention_at_a_new_size(tmp_path):
         x = _images(size, seed=7)
         got = session.run(None, {session.get_inputs()[0].name: x})[0]
         np.testing.assert_allclose(got, _numpy(model(x)), atol=TOLERANCE, rtol=0)
+
+
+# ------------------------------------------------------------------------------ KerasHub
+
+@pytest.mark.parametrize("antialias", [False, True])
+def test_kerashub_dinov2_resized_as_keras_hub(antialias, tmp_path):
+    """keras-hub's DINOv2 resizes its table (kept at `position_embedding_shape`) to
+    `image_shape` with the backend's `ops.image.resize("bicubic")`: PyTorch's on that backend,
+    the convention keras_vit keeps on all three."""
+    keras_hub = pytest.importorskip("keras_hub")
+    if keras.backend.backend() != "torch":
+        pytest.skip("keras-hub resizes with the backend's image.resize; keras_vit follows PyTorch's")
+    from tests.support.models import randomize
+
+    arch = dict(patch_size=4, num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64,
+                position_embedding_shape=(16, 16, 3), antialias_in_interpolation=antialias)
+    hub = randomize(keras_hub.models.DINOV2Backbone(image_shape=(16, 16, 3), **arch), seed=3)
+    hub.save_to_preset(str(tmp_path / "preset"))
+    for size in ((24, 24), (12, 12)):  # keras-hub takes square images only
+        at_size = keras_hub.models.DINOV2Backbone.from_preset(str(tmp_path / "preset"), image_shape=(*size, 3))
+        model = keras_vit.from_checkpoint(str(tmp_path / "preset"), input_shape=(*size, 3))
+        x = _images(size, seed=8)
+        np.testing.assert_allclose(_numpy(model(x)), _numpy(at_size(x)), atol=TOLERANCE, rtol=0, err_msg=str(size))
