@@ -89,36 +89,35 @@ def test_run_time_resize_survives_keras_round_trip(family, tmp_path):
 
 # ------------------------------------------------------------------- timm: resample_abs_pos_embed
 
-def test_timm_dinov2_reg4_at_other_sizes(tmp_path):
-    """timm `vit_*_reg4_dinov2` (`no_embed_class`: the patch rows only, as keras_vit's timm
-    export writes it) with `dynamic_img_size`: the reference is transformers' model holding
-    timm's resampled table, at the new size."""
-    config = transformers.Dinov2WithRegistersConfig(num_register_tokens=2, **SMALL)
-    source = randomize_hf_model(transformers.Dinov2WithRegistersModel(config), 8).eval()
+@pytest.mark.parametrize("name, prefix", [("deit", 2), ("dinov2_reg", 0), ("siglip", 0)])
+def test_timm_files_at_other_sizes(name, prefix, tmp_path):
+    """timm files (written by keras_vit's timm export: `vit_*_reg4_dinov2` as `no_embed_class`,
+    the patch rows only) with `dynamic_img_size`: timm's `_pos_embed` resamples `pos_embed`
+    keeping its `prefix` rows; the reference is transformers' model of the same weights adding
+    that table."""
+    from safetensors.numpy import load_file
+
+    config, model_class, forward, _ = FAMILIES[name]
+    source = randomize_hf_model(model_class(config(**SMALL)), 8).eval()
     source.save_pretrained(tmp_path / "hf")
-    keras_vit.weights.export(keras_vit.from_checkpoint(str(tmp_path / "hf")), str(tmp_path / "reg.safetensors"),
-                             format="timm")
-    patch_rows = source.embeddings.position_embeddings.detach()[:, 1:]  # the file's `pos_embed`
-    any_size = keras_vit.from_checkpoint(str(tmp_path / "reg.safetensors"), num_heads=2, input_shape=(None, None, 3),
-                                         include_top=False)
+    path = str(tmp_path / "timm.safetensors")
+    keras_vit.weights.export(keras_vit.from_checkpoint(str(tmp_path / "hf")), path, format="timm")
+    pos_embed = load_file(path)["pos_embed"]
+    # the GELU of the reference (transformers' SigLIP: tanh), which a timm file does not record
+    args = dict(num_heads=2, include_top=False, pooling=None, approximate_gelu=source.config.hidden_act != "gelu")
+    any_size = keras_vit.from_checkpoint(path, **args, input_shape=(None, None, 3))
     for size in SIZES:
-        grid = (size[0] // 8, size[1] // 8)
-        table = timm_resample(patch_rows, grid, num_prefix_tokens=0)
-        reference = transformers.Dinov2WithRegistersModel(
-            transformers.Dinov2WithRegistersConfig(num_register_tokens=2, **{**SMALL, "image_size": list(size)}))
-        state = source.state_dict()
-        state["embeddings.position_embeddings"] = torch.cat(
-            [state["embeddings.position_embeddings"][:, :1], torch.from_numpy(table)], dim=1)
-        reference.load_state_dict(state)
-        # transformers would resize again for a non-square grid: run its layers on the table as it is
-        reference.embeddings.interpolate_pos_encoding = lambda embeddings, h, w, t=state: t["embeddings.position_embeddings"]
+        table = torch.from_numpy(timm_resample(pos_embed, (size[0] // 8, size[1] // 8), prefix))
+        if name == "dinov2_reg":  # transformers adds the class row that timm folded into its class token
+            table = torch.cat([source.embeddings.position_embeddings.detach()[:, :1], table], dim=1)
+        source.embeddings.interpolate_pos_encoding = lambda embeddings, h, w, t=table: t
         x = _images(size, seed=3)
         with torch.no_grad():
-            expected = reference.eval()(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).last_hidden_state.numpy()
-        fixed = keras_vit.from_checkpoint(str(tmp_path / "reg.safetensors"), num_heads=2, input_shape=(*size, 3),
-                                          include_top=False)
+            expected = source(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)), **forward).last_hidden_state
+        fixed = keras_vit.from_checkpoint(path, **args, input_shape=(*size, 3))
         for model in (fixed, any_size):
-            np.testing.assert_allclose(_numpy(model(x)), expected, atol=TOLERANCE, rtol=0, err_msg=str(size))
+            np.testing.assert_allclose(_numpy(model(x)), expected.numpy(), atol=TOLERANCE, rtol=0,
+                                       err_msg=f"{name} {size}")
 
 
 def test_timm_vit_file_at_other_sizes(rng, tmp_path):
