@@ -30,17 +30,6 @@ def _corner_aligned(n_in, index, last):
     return ops.one_hot(lo, n_in) * (1.0 - frac) + ops.one_hot(hi, n_in) * frac
 
 
-def _clamped_taps(n_in, src, spec):
-    """Four taps around `src`, indices clamped to the border (torch's plain bicubic)."""
-    base = ops.floor(src)
-    t = src - base
-    matrix = 0.0
-    for offset in (-1, 0, 1, 2):
-        idx = ops.cast(ops.clip(base + offset, 0, n_in - 1), "int32")
-        matrix = matrix + ops.one_hot(idx, n_in) * ops.expand_dims(_kernel(ops.abs(t - offset), spec), -1)
-    return matrix
-
-
 def resize_matrix(n_in, n_out, name):
     """The float32 `(n_out, n_in)` matrix of the convention `name` (or an `Interpolation`)
     resizing `n_in` samples to `n_out` (an int, or a traced size): `resized = matrix @ samples`.
@@ -54,10 +43,12 @@ def resize_matrix(n_in, n_out, name):
     if spec.align_corners:
         return _corner_aligned(n_in, index, last)
     scale = n_in / (last + 1.0)  # input samples per output sample
-    if spec.clamp:
-        return _clamped_taps(n_in, (index + 0.5) * scale - 0.5, spec)
     width = ops.maximum(scale, 1.0) if spec.antialias else 1.0
-    centre = ops.expand_dims((index + 0.5) * scale, -1)
+    centre = ops.expand_dims((index + 0.5) * scale, -1)  # in input samples, half-pixel
+    if spec.clamp:  # the two taps past each border, then folded onto the border sample
+        taps = np.arange(-2, n_in + 2)
+        weights = _kernel(ops.abs(ops.convert_to_tensor(taps + 0.5, "float32") - centre), spec)
+        return ops.matmul(weights, ops.convert_to_tensor(np.eye(n_in, dtype=np.float32)[np.clip(taps, 0, n_in - 1)]))
     weights = _kernel(ops.abs(ops.arange(n_in, dtype="float32") + 0.5 - centre) / width, spec)
     return weights / ops.sum(weights, axis=-1, keepdims=True)
 

@@ -187,12 +187,13 @@ def test_flexivit_run_time_resize_is_jax_image_resize(rng, tmp_path):
 
 # ------------------------------------------------------------------------------ exports
 
-def test_onnx_export_keeps_the_convention_at_a_new_size(tmp_path):
+@pytest.mark.parametrize("interpolation", ["bicubic", "bicubic_antialias"])  # clamped taps; normalised weights
+def test_onnx_export_keeps_the_convention_at_a_new_size(interpolation, tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")
     from keras_vit.inference import serving
 
     model = keras_vit.VisionTransformer(8, 32, 1, 2, 64, classes=3, input_shape=(None, None, 3),
-                                        interpolation="bicubic_antialias", classifier_activation=None)
+                                        interpolation=interpolation, classifier_activation=None)
     serving.export(model, "onnx", str(tmp_path / "vit.onnx"))
     session = onnxruntime.InferenceSession(str(tmp_path / "vit.onnx"), providers=["CPUExecutionProvider"])
     for size in (SMALLER, NON_SQUARE):
