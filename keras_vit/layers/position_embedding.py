@@ -36,7 +36,7 @@ def resize_matrix(n_in, n_out, name):
 
     Built with Keras ops from a possibly symbolic size, so that one definition resizes a
     checkpoint's table at load time and a model's at run time, exports to SavedModel / ONNX
-    (arange, floor, one-hot, where: no resize op) and gives the same numbers on every backend."""
+    (elementwise ops, one-hot, matmul: no resize op) and gives the same numbers on every backend."""
     spec = INTERPOLATIONS[name] if isinstance(name, str) else name
     index = ops.arange(n_out, dtype="float32")
     last = ops.max(index)  # n_out - 1, also for a traced size

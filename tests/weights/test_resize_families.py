@@ -46,9 +46,8 @@ def _numpy(x):
 def family(request, tmp_path_factory):
     """`(name, folder, reference)`: a transformers model of random weights saved to a folder."""
     config, model_class, _, _ = FAMILIES[request.param]
-    reference = model_class(config(**SMALL))
-    if request.param in ("vit", "deit"):
-        reference = model_class(config(**SMALL), add_pooling_layer=False)
+    pooler = {"add_pooling_layer": False} if request.param in ("vit", "deit") else {}
+    reference = model_class(config(**SMALL), **pooler)
     folder = tmp_path_factory.mktemp(request.param)
     randomize_hf_model(reference, 7).eval().save_pretrained(folder)
     return request.param, str(folder), reference
@@ -64,7 +63,7 @@ def test_transformers_families_at_their_own_library_sizes(family):
     any_size = keras_vit.from_checkpoint(folder, include_top=False, pooling=None, input_shape=(None, None, 3))
     assert any_size.get_layer("posembed_input").interpolation == FAMILIES[name][3]
     for size in SIZES:
-        x, expected = _images(size), None
+        x = _images(size)
         expected = _expected(name, reference, x).numpy()
         fixed = keras_vit.from_checkpoint(folder, include_top=False, pooling=None, input_shape=(*size, 3))  # resized at load time
         for model in (fixed, any_size):  # ... and at run time
