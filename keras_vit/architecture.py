@@ -9,7 +9,7 @@ configuration shared by the builders (`keras_vit.applications`) and the weights 
 
 import keras
 
-from keras_vit import matmul_precision
+from keras_vit import interpolation as interpolations, matmul_precision
 from keras_vit.guard import VisionTransformerModel
 from keras_vit.torch_compile import compile_once
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
@@ -85,7 +85,8 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
     if config.distillation_token:
         tokens = LearnedTokens(1, offset=1, name="dist_token")(tokens)
     position = POSITION_EMBEDDING_LAYERS[config.position_embedding]
-    tokens = position(grid, num_prefix_tokens=config.position_prefix, name="posembed_input")(tokens, patches)
+    resize = {"interpolation": config.interpolation or interpolations.DEFAULT} if position is PositionEmbedding else {}
+    tokens = position(grid, num_prefix_tokens=config.position_prefix, name="posembed_input", **resize)(tokens, patches)
     if config.num_registers:
         tokens = LearnedTokens(config.num_registers, offset=config.position_prefix, name="registers")(tokens)
     tokens = keras.layers.Dropout(config.dropout_rate, seed=config.seed, name="dropout", dtype="float32")(tokens)

@@ -17,7 +17,7 @@ import math
 import numbers
 from typing import Any, Optional
 
-from keras_vit import fields
+from keras_vit import fields, interpolation
 from keras_vit.fields import option
 from keras_vit.preprocessing import check_name
 from keras_vit.variants import ARCHITECTURE_KEYS
@@ -45,8 +45,9 @@ def _preprocessing(value):
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
     """Everything `build_model` needs: the arguments of `VisionTransformer` except the input
-    and the weights. `approximate_gelu` / `layer_norm_epsilon` / `num_registers` None mean "the
-    checkpoint's own" until the loader (or the builder, without weights) resolves them."""
+    and the weights. `approximate_gelu` / `layer_norm_epsilon` / `num_registers` /
+    `interpolation` None mean "the checkpoint's own" until the loader (or the builder, without
+    weights) resolves them."""
 
     patch_size: int = option(16, "side of the square patches in pixels (paper Table 1)", group=ARCHITECTURE,
                              interval="[1, inf)")
@@ -97,6 +98,11 @@ class ViTConfig:
         "(DINOv2's `reg4` files: 4), else 0", group=TOKENS, interval="[0, inf)")
     position_embedding: str = option("learned", "'learned' or the fixed 2-D 'sincos2d' (big_vision)",
                                      group=TOKENS, choices=POSITION_EMBEDDINGS)
+    interpolation: Optional[str] = option(
+        None, "how the position embeddings are resized to another image size, at load time and at run time: a "
+        "name of `keras_vit.interpolation.INTERPOLATIONS` ('bilinear': the original code's, 'bicubic_antialias': "
+        "timm's, 'bicubic': transformers', 'bilinear_antialias': big_vision FlexiViT's); None: the checkpoint's own "
+        "library's, else 'bilinear'", group=TOKENS, check=interpolation.check)
     layer_scale_init: Optional[float] = option(
         None, "initial LayerScale of every residual branch (DeiT III, DINOv2); None: no LayerScale",
         group=MODEL, to=ENCODER)

@@ -4,18 +4,25 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.interpolation import DEFAULT, INTERPOLATIONS, check
 from keras_vit.layers.residual import Float32Stream
 from keras_vit.patch_grid import grid_size_of
 
-INTERPOLATIONS = ("bilinear", "bicubic")
+
+def _keys(x, a):
+    """Keys' cubic convolution kernel at distances `x >= 0`."""
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return ops.where(x <= 1, near, ops.where(x < 2, far, 0.0))
 
 
-def _linear_matrix(n_in, n_out):
-    """`(n_out, n_in)` weights of corner-aligned linear interpolation (as
-    `scipy.ndimage.zoom(order=1)`, which the original code uses). Works on symbolic sizes."""
-    index = ops.arange(n_out, dtype="float32")
-    step = (n_in - 1) / ops.maximum(ops.max(index), 1.0)  # max(index) = n_out - 1, also for a traced size
-    pos = index * step
+def _kernel(x, spec):
+    return _keys(x, spec.cubic_a) if spec.kernel == "cubic" else ops.maximum(1.0 - x, 0.0)
+
+
+def _corner_aligned(n_in, index, last):
+    """Corner-aligned linear weights (`scipy.ndimage.zoom(order=1)`)."""
+    pos = index * ((n_in - 1) / ops.maximum(last, 1.0))
     lo = ops.minimum(ops.floor(pos), n_in - 1)
     frac = ops.expand_dims(pos - lo, -1)
     lo = ops.cast(lo, "int32")
@@ -23,45 +30,46 @@ def _linear_matrix(n_in, n_out):
     return ops.one_hot(lo, n_in) * (1.0 - frac) + ops.one_hot(hi, n_in) * frac
 
 
-def _cubic_matrix(n_in, n_out, a=-0.75):
-    """`(n_out, n_in)` weights of half-pixel bicubic interpolation with clamped borders
-    (as `torch.nn.functional.interpolate(mode="bicubic", align_corners=False)`)."""
-    src = (np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5
-    base = np.floor(src)
-    t = src - base
-    weights = np.zeros((n_out, n_in), np.float64)
-    for offset in (-1, 0, 1, 2):
-        d = np.abs(t - offset)
-        w = np.where(
-            d <= 1,
-            (a + 2) * d**3 - (a + 3) * d**2 + 1,
-            np.where(d < 2, a * d**3 - 5 * a * d**2 + 8 * a * d - 4 * a, 0.0),
-        )
-        idx = np.clip(base + offset, 0, n_in - 1).astype(int)
-        np.add.at(weights, (np.arange(n_out), idx), w)
-    return weights
+def resize_matrix(n_in, n_out, name):
+    """The float32 `(n_out, n_in)` matrix of the convention `name` (or an `Interpolation`)
+    resizing `n_in` samples to `n_out` (an int, or a traced size): `resized = matrix @ samples`.
+
+    Built with Keras ops from a possibly symbolic size, so that one definition resizes a
+    checkpoint's table at load time and a model's at run time, exports to SavedModel / ONNX
+    (elementwise ops, one-hot, matmul: no resize op) and gives the same numbers on every backend."""
+    spec = INTERPOLATIONS[name] if isinstance(name, str) else name
+    index = ops.arange(n_out, dtype="float32")
+    last = ops.max(index)  # n_out - 1, also for a traced size
+    if spec.align_corners:
+        return _corner_aligned(n_in, index, last)
+    scale = n_in / (last + 1.0)  # input samples per output sample
+    width = ops.maximum(scale, 1.0) if spec.antialias else 1.0
+    centre = ops.expand_dims((index + 0.5) * scale, -1)  # in input samples, half-pixel
+    if spec.clamp:  # the two taps past each border, then folded onto the border sample
+        taps = np.arange(-2, n_in + 2)
+        weights = _kernel(ops.abs(ops.convert_to_tensor(taps + 0.5, "float32") - centre), spec)
+        return ops.matmul(weights, ops.convert_to_tensor(np.eye(n_in, dtype=np.float32)[np.clip(taps, 0, n_in - 1)]))
+    weights = _kernel(ops.abs(ops.arange(n_in, dtype="float32") + 0.5 - centre) / width, spec)
+    return weights / ops.sum(weights, axis=-1, keepdims=True)
 
 
-def resize_grid(grid, new_size, method="bilinear"):
+def resize_grid(grid, new_size, method=DEFAULT):
     """Interpolates a `(h, w, dim)` grid of embeddings to `new_size = (h', w')`.
 
-    NumPy in, NumPy out; `method` is "bilinear" (the original's) or "bicubic" (timm's).
+    NumPy in, NumPy out; `method` names a convention of `keras_vit.interpolation`
+    (e.g. "bilinear", the original's, or "bicubic_antialias", timm's).
     """
-    if method not in INTERPOLATIONS:
-        raise ValueError(f"Unknown interpolation {method!r}; expected one of {INTERPOLATIONS}.")
+    check(method)
     grid = np.asarray(grid, np.float32)
     (h, w), (nh, nw) = grid.shape[:2], new_size
     if (h, w) == (nh, nw):
         return grid
-    if method == "bilinear":
-        rows, cols = (ops.convert_to_numpy(_linear_matrix(i, o)) for i, o in ((h, nh), (w, nw)))
-    else:
-        rows, cols = _cubic_matrix(h, nh), _cubic_matrix(w, nw)
+    rows, cols = (ops.convert_to_numpy(resize_matrix(i, o, method)).astype(np.float64) for i, o in ((h, nh), (w, nw)))
     out = np.einsum("ah,bw,hwd->abd", rows, cols, grid.astype(np.float64))
     return out.astype(np.float32)
 
 
-def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=None, method="bilinear"):
+def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=None, method=DEFAULT):
     """Resizes a `(1, prefix + h*w, dim)` position-embedding table to `new_grid`.
 
     The prefix (class-token) rows are kept as they are; the patch rows are interpolated in 2-D
@@ -81,14 +89,16 @@ class PositionEmbedding(Float32Stream, keras.layers.Layer):
     The table has `prefix + grid_size[0] * grid_size[1]` rows (row 0 for the class token).
     Called as `layer(tokens, patch_grid)`, where `patch_grid` is the `(batch, h, w, dim)`
     output of `PatchEmbedding`, used only for its shape: when `(h, w)` differs from
-    `grid_size` the patch rows are bilinearly interpolated at run time, so one model serves
-    any image size.
+    `grid_size` the patch rows are interpolated at run time by `interpolation` (a name of
+    `keras_vit.interpolation.INTERPOLATIONS`: its weights' library's resize), so one
+    model serves any image size.
     """
 
-    def __init__(self, grid_size, num_prefix_tokens=1, **kwargs):
+    def __init__(self, grid_size, num_prefix_tokens=1, interpolation=DEFAULT, **kwargs):
         super().__init__(**kwargs)
         self.grid_size = tuple(int(s) for s in grid_size)
         self.num_prefix_tokens = int(num_prefix_tokens)
+        self.interpolation = check(interpolation)
 
     def build(self, tokens_shape, patch_grid_shape=None):
         rows = self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
@@ -106,7 +116,7 @@ class PositionEmbedding(Float32Stream, keras.layers.Layer):
             return ops.cast(prefix, dtype), ops.cast(table, dtype)
         gh, gw = self.grid_size
         grid = ops.reshape(ops.cast(table, "float32"), (gh, gw, -1))
-        rows, cols = _linear_matrix(gh, h), _linear_matrix(gw, w)
+        rows, cols = resize_matrix(gh, h, self.interpolation), resize_matrix(gw, w, self.interpolation)
         grid = ops.einsum("ah,bw,hwd->abd", rows, cols, grid)
         return ops.cast(prefix, dtype), ops.cast(ops.reshape(grid, (1, -1, ops.shape(grid)[-1])), dtype)
 
@@ -126,4 +136,5 @@ class PositionEmbedding(Float32Stream, keras.layers.Layer):
             **super().get_config(),
             "grid_size": self.grid_size,
             "num_prefix_tokens": self.num_prefix_tokens,
+            "interpolation": self.interpolation,
         }

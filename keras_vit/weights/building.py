@@ -6,6 +6,7 @@ import logging
 import numpy as np
 
 from keras_vit.architecture import build_model, image_shape
+from keras_vit.interpolation import DEFAULT
 from keras_vit.layers.position_embedding import resize_position_embedding
 from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import stems, variables
@@ -115,14 +116,17 @@ def _resized_posemb(posemb, old_grid, new_grid, method, prefix):
     )
 
 
-def assign(model, ckpt, tensors, interpolation="bilinear", new=()):
+def assign(model, ckpt, tensors, new=()):
     """Loads canonical `tensors` of `ckpt` into `model`, resizing the position embeddings to
-    the model's grid. Every model variable except those in `new` must receive a value of its
-    exact shape; nothing is assigned unless all do."""
+    the model's grid as the model resizes them at run time (its `interpolation`). Every model
+    variable except those in `new` must receive a value of its exact shape; nothing is
+    assigned unless all do."""
     tensors = dict(tensors)
-    grid = model.get_layer("posembed_input").grid_size
+    layer = model.get_layer("posembed_input")
     if POSEMB in tensors:
-        tensors[POSEMB] = _resized_posemb(tensors[POSEMB], ckpt.patch_grid, grid, interpolation, ckpt.position_prefix)
+        tensors[POSEMB] = _resized_posemb(
+            tensors[POSEMB], ckpt.patch_grid, layer.grid_size, layer.interpolation, ckpt.position_prefix
+        )
     values = variables.from_canonical(tensors, ckpt.num_heads, f"checkpoint {ckpt.path}")
     by_path = {v.path: v for v in model.weights}
     problems = [f"{k} ({v.source}): the model has no such variable" for k, v in values.items() if k not in by_path]
@@ -142,12 +146,13 @@ def assign(model, ckpt, tensors, interpolation="bilinear", new=()):
             variable.assign(values[path].load().astype(variable.dtype, copy=False))
 
 
-def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=None, input_tensor=None):
+def build_from_checkpoint(config, ckpt, interpolation=None, input_shape=None, input_tensor=None):
     """The model for the `ViTConfig` `config` holding `ckpt`'s weights. Defaults follow the
     checkpoint: input size (its resolution), GELU flavour (tanh for the original npz files,
-    exact for timm / Hugging Face), LayerNorm epsilon, register tokens and preprocessing. Another patch size than the
-    checkpoint's resizes the patch embedding (FlexiViT) and, at the same resolution, the
-    position embeddings."""
+    exact for timm / Hugging Face), LayerNorm epsilon, register tokens, preprocessing and the resize
+    of the position embeddings (its library's; `interpolation`, else `config.interpolation`, chooses
+    another). Another patch size than the checkpoint's resizes the patch embedding (FlexiViT,
+    as that library does) and, at the same resolution, the position embeddings."""
     if config.num_registers is None:
         config = dataclasses.replace(config, num_registers=ckpt.num_registers)
     check_architecture(ckpt, config)
@@ -158,6 +163,7 @@ def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=No
         layer_norm_epsilon=(ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON)
         if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
         preprocessing=config.preprocessing or ckpt.preprocessing,
+        interpolation=interpolation or config.interpolation or ckpt.interpolation,
     )
     default_size = tuple(g * ckpt.patch_size * (config.stride // config.patch_size) for g in ckpt.patch_grid)
     if input_shape is None and input_tensor is None:
@@ -171,7 +177,9 @@ def build_from_checkpoint(config, ckpt, interpolation="bilinear", input_shape=No
     tensors, new_head = select_head(ckpt, config)
     if ckpt.patch_size != config.patch_size:
         logger.info("Resizing the patch embedding from %d to %d pixels (FlexiViT).", ckpt.patch_size, config.patch_size)
-        tensors["embedding/kernel"] = resized_patch_kernel(tensors["embedding/kernel"], config.patch_size)
+        tensors["embedding/kernel"] = resized_patch_kernel(
+            tensors["embedding/kernel"], config.patch_size, config.interpolation or DEFAULT
+        )
     model = build_model(config, shape, input_tensor, default_size)
-    assign(model, ckpt, tensors, interpolation, new=HEAD + HEAD_DIST if new_head else ())
+    assign(model, ckpt, tensors, new=HEAD + HEAD_DIST if new_head else ())
     return model

@@ -7,6 +7,7 @@ import math
 import numbers
 from typing import Optional
 
+from keras_vit.interpolation import INTERPOLATIONS
 from keras_vit.patch_grid import grid_size_of
 from keras_vit.variants import VARIANTS
 from keras_vit.weights import stems
@@ -43,7 +44,9 @@ class Metadata:
     """What a checkpoint records besides its tensors (None: not recorded). `approximate_gelu`:
     the GELU it was trained / run with; `grid`: its patch grid `(rows, columns)`; `pooling`:
     what its head reads, "token" (the class token) or "avg" (the mean of the patch tokens);
-    `preprocessing`: the scaling its inputs get (a name of `keras_vit.preprocessing`)."""
+    `preprocessing`: the scaling its inputs get (a name of `keras_vit.preprocessing`);
+    `interpolation`: how its library resizes the position embeddings (a name of
+    `keras_vit.interpolation.INTERPOLATIONS`), where the file says (else its format's)."""
 
     approximate_gelu: Optional[bool] = None
     num_heads: Optional[int] = None
@@ -51,6 +54,7 @@ class Metadata:
     layer_norm_epsilon: Optional[float] = None
     pooling: Optional[str] = None
     preprocessing: Optional[str] = None
+    interpolation: Optional[str] = None
 
 
 def _is_count(value):
@@ -77,6 +81,8 @@ def check_metadata(meta, path):
         problems.append(f"approximate_gelu={meta.approximate_gelu!r} (expected true or false)")
     if meta.pooling not in (None, "token", "avg"):
         problems.append(f"pooling={meta.pooling!r} (expected 'token' or 'avg')")
+    if meta.interpolation is not None and meta.interpolation not in INTERPOLATIONS:
+        problems.append(f"interpolation={meta.interpolation!r} (expected one of {tuple(INTERPOLATIONS)})")
     if problems:
         raise ValueError(f"{path}: its configuration records {'; '.join(problems)}.")
 
@@ -102,6 +108,7 @@ class Checkpoint:
     layer_norm_epsilon: float = None
     pooling: str = None
     preprocessing: str = None
+    interpolation: str = None
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None

@@ -41,6 +41,7 @@ def model_checkpoint(model):
     return Checkpoint(
         model.name, "keras", tensors, encoder.blocks[0].approximate_gelu, encoder.num_heads, tuple(grid),
         encoder.blocks[0].layer_norm_epsilon, pooling, getattr(model, "preprocessing", None),
+        getattr(model.get_layer("posembed_input"), "interpolation", None),
     )
 
 

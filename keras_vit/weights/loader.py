@@ -2,25 +2,26 @@
 
 import dataclasses
 
-from keras_vit.layers.position_embedding import INTERPOLATIONS
+from keras_vit.interpolation import check
 from keras_vit.weights.building import build_from_checkpoint
 from keras_vit.weights.reading import weights_checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
 class PretrainedWeights:
-    """`weights=` with options: `source` is a named checkpoint or a path; `interpolation`
-    ("bilinear", the original's, or "bicubic", timm's) resizes the position embeddings when
-    the model's patch grid differs from the checkpoint's; `force_download`: fetch a named
-    checkpoint's file again (e.g. after it was refused as changed since its download)."""
+    """`weights=` with options: `source` is a named checkpoint or a path; `interpolation` (a
+    name of `keras_vit.interpolation.INTERPOLATIONS`; None: the builder's `interpolation=`,
+    else the checkpoint's library's) resizes the position embeddings when the model's patch
+    grid differs from the checkpoint's, at load time and at run time; `force_download`: fetch
+    a named checkpoint's file again (e.g. after it was refused as changed since its download)."""
 
     source: object
-    interpolation: str = "bilinear"
+    interpolation: str = None
     force_download: bool = False
 
     def __post_init__(self):
-        if self.interpolation not in INTERPOLATIONS:
-            raise ValueError(f"Unknown interpolation {self.interpolation!r}; expected one of {INTERPOLATIONS}.")
+        if self.interpolation is not None:
+            check(self.interpolation)
 
 
 def build_with_weights(config, weights, input_shape=None, input_tensor=None):

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.layers.position_embedding import resize_position_embedding
+from keras_vit.interpolation import INTERPOLATIONS
+from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding
 from keras_vit.weights import PretrainedWeights
 from tests.support.checkpoints import original_npz_params
 
@@ -22,6 +23,48 @@ def test_bilinear_matches_scipy_zoom(rng, old, new):
     zoom = ndimage.zoom(grid, (new[0] / old[0], new[1] / old[1], 1), order=1)
     np.testing.assert_allclose(out[0, 1:].reshape(*new, 8), zoom, atol=1e-5)
     np.testing.assert_array_equal(out[:, :1], posemb[:, :1])
+
+
+def _library_resize(name, grid, new):
+    """`grid` `(h, w, d)` resized to `new` by the library each convention follows."""
+    torch = pytest.importorskip("torch")
+    if name == "bilinear":
+        ndimage = pytest.importorskip("scipy.ndimage")
+        return ndimage.zoom(grid, (new[0] / grid.shape[0], new[1] / grid.shape[1], 1), order=1)
+    if name == "bilinear_antialias":
+        jax = pytest.importorskip("jax")
+        return np.asarray(jax.image.resize(grid, (*new, grid.shape[-1]), "linear"))
+    nchw = torch.from_numpy(grid).permute(2, 0, 1)[None]
+    out = torch.nn.functional.interpolate(nchw, size=new, mode="bicubic", align_corners=False,
+                                          antialias=name == "bicubic_antialias")
+    return out[0].permute(1, 2, 0).numpy()
+
+
+@pytest.mark.parametrize("name", sorted(INTERPOLATIONS))
+@pytest.mark.parametrize("old, new", [((6, 6), (10, 10)), ((9, 9), (4, 4)), ((6, 6), (3, 8)), ((5, 7), (7, 3))])
+def test_each_convention_is_its_library_resize(rng, name, old, new):
+    """Larger, smaller, non-square: the patch rows as the library resizes them, the two
+    prefix rows (class, distillation) kept as they are, at load time and at run time."""
+    posemb = rng.standard_normal((1, 2 + old[0] * old[1], 8)).astype(np.float32)
+    expected = _library_resize(name, posemb[0, 2:].reshape(*old, 8), new)
+    out = resize_position_embedding(posemb, new, num_prefix_tokens=2, old_grid=old, method=name)
+    layer = PositionEmbedding(old, num_prefix_tokens=2, interpolation=name)
+    layer.build((1, posemb.shape[1], 8))
+    layer.embeddings.assign(posemb)
+    run_time = np.concatenate([keras.ops.convert_to_numpy(t) for t in layer._patch_table(*new, "float32")], axis=1)
+    for got in (out, run_time):
+        np.testing.assert_array_equal(got[:, :2], posemb[:, :2])
+        np.testing.assert_allclose(got[0, 2:].reshape(*new, 8), expected, atol=1e-5, rtol=0)
+
+
+def test_the_convention_is_a_builder_argument_kept_in_the_config(tmp_path):
+    default = keras_vit.VisionTransformer(**ARCH, classes=3, input_shape=(None, None, 3))
+    assert default.get_layer("posembed_input").interpolation == "bilinear"  # the paper's, as before
+    model = keras_vit.VisionTransformer(**ARCH, classes=3, input_shape=(None, None, 3), interpolation="bicubic")
+    model.save(tmp_path / "m.keras")
+    assert keras.saving.load_model(tmp_path / "m.keras").get_layer("posembed_input").interpolation == "bicubic"
+    with pytest.raises(ValueError, match="Unknown interpolation 'area'; expected one of"):
+        keras_vit.VisionTransformer(**ARCH, interpolation="area")
 
 
 def test_bicubic_matches_torch_interpolate(rng):

@@ -20,6 +20,7 @@ The callables:
 import dataclasses
 from typing import Callable, Optional
 
+from keras_vit.interpolation import DEFAULT
 from keras_vit.weights import stems
 from keras_vit.weights.table import Table
 
@@ -31,7 +32,9 @@ class Format:
     that choose it in `convert` (e.g. `(".safetensors",)`); `folder`: `write` makes a folder
     (an output without suffix, or an existing folder, chooses it). `export_name`: its name in
     `export(format=)` / `convert --format` (default `name`). `canonical_keys`: its keys are the
-    canonical ones, so the keys of registered stems pass through as they are."""
+    canonical ones, so the keys of registered stems pass through as they are.
+    `interpolation`: how its library resizes position embeddings (a name of
+    `keras_vit.interpolation.INTERPOLATIONS`), unless the file's `Metadata` says otherwise."""
 
     name: str
     table: Table
@@ -43,6 +46,7 @@ class Format:
     folder: bool = False
     export_name: Optional[str] = None
     canonical_keys: bool = False
+    interpolation: str = DEFAULT
 
     @property
     def option(self):

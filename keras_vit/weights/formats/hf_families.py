@@ -163,20 +163,30 @@ def metadata(raw, tensors, preprocessing=None, hidden_act="gelu"):
     )
 
 
+def metadata_dinov2(raw, tensors):
+    """`metadata`; `Dinov2WithRegistersModel` resizes its position embeddings antialiased, as
+    timm does (`Dinov2Model` does not)."""
+    registers = _config(raw).get("model_type") == "dinov2_with_registers" or "embeddings.register_tokens" in tensors
+    return dataclasses.replace(metadata(raw, tensors, preprocessing="dinov2"),
+                               interpolation="bicubic_antialias" if registers else None)
+
+
+# Each family's `interpolate_pos_encoding`: bicubic to the target grid, class (and distillation) rows kept.
 DEIT = Format(
     name="hf_deit", table=DEIT_TABLE, detect=_detector(("deit",), "distillation_token"),
-    prepare=prepare_deit, metadata=functools.partial(metadata, preprocessing="deit"),
+    prepare=prepare_deit, metadata=functools.partial(metadata, preprocessing="deit"), interpolation="bicubic",
 )
 DINOV2 = Format(
     name="hf_dinov2", table=DINOV2_TABLE,
     detect=_detector(("dinov2", "dinov2_with_registers"), "layer_scale1.lambda1"),
-    prepare=prepare_dinov2, metadata=functools.partial(metadata, preprocessing="dinov2"),
+    prepare=prepare_dinov2, metadata=metadata_dinov2, interpolation="bicubic",
 )
 SIGLIP = Format(
     name="hf_siglip", table=SIGLIP_TABLE,
     detect=_detector(("siglip", "siglip_vision_model"), "embeddings.patch_embedding.weight"),
     # transformers' SiglipVisionConfig: hidden_act="gelu_pytorch_tanh" (what the hub's files leave out).
     prepare=prepare_siglip, metadata=functools.partial(metadata, preprocessing="siglip", hidden_act="gelu_pytorch_tanh"),
+    interpolation="bicubic",
 )
 
 

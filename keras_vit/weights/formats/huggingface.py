@@ -225,4 +225,5 @@ FORMAT = Format(
     metadata=metadata,
     write=write,
     folder=True,
+    interpolation="bicubic",  # ViTEmbeddings.interpolate_pos_encoding
 )

@@ -49,6 +49,7 @@ def metadata(raw, tensors):
         num_heads=encoder.get("num_heads"),
         layer_norm_epsilon=encoder.get("layer_norm_epsilon"),
         pooling=_layer_config(raw.meta.get("config"), "TokenPooling").get("mode"),
+        interpolation=_layer_config(raw.meta.get("config"), "PositionEmbedding").get("interpolation"),
     )
 
 

@@ -315,4 +315,5 @@ FORMAT = Format(
     metadata=metadata,
     write=write,
     folder=True,
+    interpolation="bicubic",  # keras-hub's ViT does not resize; its presets are transformers' weights
 )

@@ -250,13 +250,17 @@ def _metadata(family):
             layer_norm_epsilon=backbone.get("layer_norm_epsilon", 1e-6),
             pooling="token" if "predictions/vars/0" in tensors else None,
             preprocessing=family.preprocessing,
+            interpolation="bicubic_antialias" if backbone.get("antialias_in_interpolation") else None,
         )
 
     return metadata
 
 
+# KerasHub's DINOv2 resizes by `ops.image.resize(interpolation="bicubic")` (PyTorch's on that
+# backend; antialiased where its config says); its DeiT and SigLIP do not resize: their presets
+# are transformers' weights, resized here as transformers does.
 FORMATS = [
     Format(name=f"kerashub_{family.name.lower()}", table=family.table, detect=_detector(family),
-           prepare=_preparer(family), metadata=_metadata(family))
+           prepare=_preparer(family), metadata=_metadata(family), interpolation="bicubic")
     for family in (DEIT, DINOV2, SIGLIP)
 ]

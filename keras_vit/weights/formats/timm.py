@@ -174,4 +174,5 @@ FORMAT = Format(
     metadata=lambda raw, tensors: Metadata(approximate_gelu=False, pooling="avg" if "fc_norm.weight" in tensors else None),
     write=write,
     suffixes=(".safetensors",),
+    interpolation="bicubic_antialias",  # resample_abs_pos_embed, resample_patch_embed
 )
