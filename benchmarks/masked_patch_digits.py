@@ -36,7 +36,7 @@ def run(seeds, pretrain_steps, finetune_steps, label_fraction, repeat, workdir):
     import keras
 
     from keras_vit.training import pretrain, recipe, train
-    from keras_vit.training.data import digits, stratified_split
+    from keras_vit.data.sources import digits, stratified_split
 
     source = digits()
     (x_train, y_train), held_out = _arrays(source.train), _arrays(source.validation)

@@ -13,8 +13,8 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-from keras_vit.training import pipeline
-from keras_vit.training.data import Source
+from keras_vit.data import pipeline
+from keras_vit.data.sources import Source
 
 STEPS, GLOBAL_BATCH = 10, 64
 

@@ -25,7 +25,8 @@ def steps(size):
     """name -> `(jpeg bytes, (2,) seed) -> tensor`, cumulative."""
     import tensorflow as tf
 
-    from keras_vit.training import augment, recipes
+    from keras_vit.training import recipes
+    from keras_vit.data import augment
 
     config = recipes.recipe("finetune", image_size=size)
 

@@ -7,7 +7,7 @@ The input is JPEG-encoded images made here (ImageNet's mean size, 500 x 375, smo
 content plus noise, quality 90), decoded in the pipeline as the image-folder and
 tensorflow-datasets sources are. Each (recipe, resolution, cores) runs in its own process
 pinned to that many cores, with tf.data's thread pool of that size, through
-`keras_vit.training.pipeline.train_dataset` with the recipe's augmentation as training runs
+`keras_vit.data.pipeline.train_dataset` with the recipe's augmentation as training runs
 it (finetune: inception crop + flip + resize; scratch: the same and RandAugment 2 x 0.5, with
 the batch's MixUp 0.8 / CutMix 1.0 drawn; uint8 batches, scaled and mixed in the training step).
 Two references run in the same way (same files, cores and thread pool size): the decode limit
@@ -34,7 +34,7 @@ def jpeg_source(count, seed=0):
     import numpy as np
     import tensorflow as tf
 
-    from keras_vit.training.data import Source
+    from keras_vit.data.sources import Source
 
     rng = np.random.default_rng(seed)
     encoded = []
@@ -115,7 +115,8 @@ def measure(cfg):
     pin(cfg["cores"])
     import tensorflow as tf
 
-    from keras_vit.training import pipeline, recipes
+    from keras_vit.training import recipes
+    from keras_vit.data import pipeline
     from keras_vit.training.engine import make_augmentation
 
     source, size = jpeg_source(cfg["images"]), cfg["resolution"]

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import keras  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit.training.quantization import MODES, quantized_copy  # noqa: E402
+from keras_vit.inference.quantization import MODES, quantized_copy  # noqa: E402
 from workload import weights_like_a_trained_vit  # noqa: E402
 
 
@@ -60,7 +60,7 @@ def saved_size(model):
 
 
 def top1(model, path, data):
-    from keras_vit.training import pipeline
+    from keras_vit.data import pipeline
     from keras_vit.inference.predict import recorded_source
 
     source = recorded_source(path, data)

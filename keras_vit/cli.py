@@ -9,13 +9,15 @@ import tempfile
 
 # Light modules (no Keras): each command imports what it needs when it runs.
 from keras_vit.applications import commands as model_commands
+from keras_vit.evaluation import commands as evaluation_commands
 from keras_vit.inference import commands as inference_commands
 from keras_vit.inspect import commands as inspect_commands
 from keras_vit.training import commands as training_commands
 from keras_vit.weights import commands as weights_commands
 
 # Each has `register(subparsers)`, which adds its sub-commands with a `func(args)`, in this order.
-COMMANDS = (model_commands, weights_commands, inspect_commands, training_commands, inference_commands)
+COMMANDS = (model_commands, weights_commands, inspect_commands, training_commands, evaluation_commands,
+            inference_commands)
 # The commands that import TensorFlow: for tf.data ("always"), or through Keras when it is the
 # backend ("backend"); the others never import it.
 TENSORFLOW_USE = {"train": "always", "pretrain": "always", "evaluate": "always", "export": "always",

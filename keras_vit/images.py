@@ -3,12 +3,12 @@
 The same operations as the `tf.data` input pipeline, for `keras-vit predict` and `inspect`
 (`tests/test_images.py` checks them equal):
 
-- `read_image` = `keras_vit.training.data.decode_image_file` (`tf.io.decode_image(...,
+- `read_image` = `keras_vit.data.sources.decode_image_file` (`tf.io.decode_image(...,
   channels=3)`): identical pixels for PNG (grey repeated, alpha dropped, palettes expanded,
   16 bits cut to their high byte), BMP, GIF (first frame, transparent pixels black) and RGB or
   grey JPEG (TensorFlow's IFAST DCT with fancy upsampling); CMYK JPEGs are within 2 levels
   (libjpeg-turbo's CMYK -> RGB rounding).
-- `center_crop` = `keras_vit.training.augment.eval_transform`, and `resize` =
+- `center_crop` = `keras_vit.data.augment.eval_transform`, and `resize` =
   `augment.resize` (`tf.image.resize(..., "bilinear", antialias=True)`), within float32
   rounding. `interpolation="bicubic"` (DeiT's, DINOv2's and SigLIP's preprocessing) is
   Pillow's antialiased bicubic (Keys' cubic, a = -0.5), as timm and transformers resize.

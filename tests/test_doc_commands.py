@@ -34,7 +34,7 @@ from keras_vit.cli import main
 from keras_vit.variants import list_models
 from keras_vit.weights import registry
 from tests.support import BACKEND
-from tests.test_docs import PAGES, blocks
+from tests.support.docs import PAGES, blocks
 
 FAST = [f"--set={s}" for s in (
     "model=custom", "patch_size=2", "hidden_dim=16", "depth=1", "num_heads=2", "mlp_dim=32", "image_size=8",

@@ -7,7 +7,6 @@ run under PyTorch only (the fastest CPU backend): the docs are the same on every
 """
 
 import os
-import pathlib
 import re
 import shlex
 import subprocess
@@ -17,16 +16,7 @@ import pytest
 
 from keras_vit.cli import build_parser
 from tests.support import BACKEND
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-BLOCK = re.compile(r"(?:<!-- needs: (\w+) -->\n)?```(\w+)\n(.*?)```", re.S)
-
-
-def blocks(page, language):
-    """(needs, code) of each block of `page` in `language`."""
-    return [(needs, code) for needs, lang, code in BLOCK.findall(page.read_text()) if lang == language]
-
+from tests.support.docs import PAGES, REPO, blocks
 
 def shown_files(page):
     """Files a page shows as a Python block whose first line is `# NAME.py`."""

@@ -12,8 +12,8 @@ from PIL import Image
 
 from keras_vit import images
 from keras_vit.imagenet import preprocess_input
-from keras_vit.training import augment
-from keras_vit.training.data import decode_image_file
+from keras_vit.data import augment
+from keras_vit.data.sources import decode_image_file
 
 RNG = np.random.default_rng(0)
 # A non-square picture with smooth regions and noise, so that JPEG's DCT and chroma

@@ -97,6 +97,53 @@ def test_no_import_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+# The package's floors, bottom first, by top-level module or sub-package of keras_vit: a module
+# imports only from its own floor and those below (the package's `__init__`, which exports names
+# lazily, stands above them all).
+FLOORS = (
+    ("fields", "files", "lazy_imports", "matmul_precision", "patch_grid", "preprocessing", "family_variants",
+     "interpolation", "torch_compile", "images", "heads"),
+    ("variants", "guard", "imagenet", "model_config"),
+    ("layers",),
+    ("architecture",),
+    ("weights",),
+    ("applications", "run_folder", "lora", "data", "inspect"),
+    ("evaluation",),
+    ("inference",),
+    ("training",),
+    ("cli",),
+)
+
+
+def floor_of(module):
+    """The floor of a `keras_vit.` module (its top-level part's), None for the package itself."""
+    part = module.split(".")[1] if module.count(".") else None
+    found = [i for i, names in enumerate(FLOORS) if part in names]
+    assert part is None or found, f"{module}: {part} is on no floor of FLOORS"
+    return found[0] if found else None
+
+
+def upward_imports(graph):
+    return {
+        (name, target)
+        for name, targets in graph.items()
+        if name.startswith("keras_vit.")
+        for target in targets
+        if target.startswith("keras_vit.") and floor_of(target) is not None and floor_of(name) is not None
+        and floor_of(target) > floor_of(name)
+    }
+
+
+def test_no_module_imports_from_a_higher_floor():
+    offenders = upward_imports(import_graph())
+    assert not offenders, offenders
+
+
+def test_upward_imports_are_found():
+    graph = {"keras_vit.inference.predict": {"keras_vit.training.data"}, "keras_vit.training.x": {"keras_vit.layers"}}
+    assert upward_imports(graph) == {("keras_vit.inference.predict", "keras_vit.training.data")}
+
+
 def test_weights_do_not_import_applications():
     offenders = {
         (name, target)

@@ -1,6 +1,6 @@
-"""Using a trained model: evaluate it on a data set, classify image files with it
-(`predict`), export it for serving (TensorFlow SavedModel, ONNX: `serving`). Names are
-imported on first use.
+"""Using a trained model: classify image files with it (`predict`), export it for serving
+(TensorFlow SavedModel, ONNX, LiteRT, OpenVINO, a PyTorch program: `serving`); `evaluate` is
+`keras_vit.evaluation.classification.evaluate`. Names are imported on first use.
 """
 
 from keras_vit.lazy_imports import lazy_package
@@ -8,7 +8,8 @@ from keras_vit.lazy_imports import lazy_package
 lazy_package(
     __name__,
     {
-        **dict.fromkeys(["evaluate", "predict"], "keras_vit.inference.predict"),
+        "evaluate": "keras_vit.evaluation.classification",
+        "predict": "keras_vit.inference.predict",
         "load_model": "keras_vit.run_folder",
         "serving": "keras_vit.inference.serving",
     },

@@ -1,19 +1,6 @@
-"""`keras-vit evaluate | predict | export`: using a trained model."""
+"""`keras-vit predict | export`: using a trained model."""
 
 import os
-
-
-def _evaluate(args):
-    if args.fewshot:
-        from keras_vit.training.fewshot import command
-
-        return command(args)
-    from keras_vit.inference.predict import evaluate
-
-    options = {"data_dir": args.data_dir} if args.data_dir else {}
-    results = evaluate(args.model, args.data, split=args.split, batch_size=args.batch_size, **options)
-    print(f"{args.model} on {results['examples']} {args.split} examples: top-1 {results['top1']:.4f}, "
-          f"top-5 {results['top5']:.4f}, loss {results['loss']:.4f}")
 
 
 def _predict(args):
@@ -34,13 +21,13 @@ def _predict(args):
             print(f"  {rank}. {name:<30} {prob:.4f}  (class {index})")
 
 
-# The layouts a LoRA adapter is written in (`keras_vit.training.lora.LAYOUTS`), as the output says them.
+# The layouts a LoRA adapter is written in (`keras_vit.lora.adapter.LAYOUTS`), as the output says them.
 ADAPTER_LAYOUTS = {"peft": "a PEFT adapter", "kerashub": "a KerasHub LoRA file", "npz": "a keras_vit LoRA file"}
 
 
 def _export(args):
     if args.format in ADAPTER_LAYOUTS:
-        from keras_vit.training.lora import convert
+        from keras_vit.lora.adapter import convert
 
         loading = convert(args.model, args.output, args.format, overwrite=args.overwrite)
         print(f"Wrote the LoRA adapter {args.model} as {ADAPTER_LAYOUTS[args.format]} to {args.output}"
@@ -65,19 +52,6 @@ def _export(args):
 
 
 def register(subparsers):
-    evaluate = subparsers.add_parser("evaluate", help="top-1 / top-5 of a trained model on a data set")
-    evaluate.add_argument("model", metavar="MODEL.keras", help="a .keras model (e.g. runs/digits/best.keras)")
-    evaluate.add_argument("--data", metavar="NAME|DIR|FILE", help="data set (default: the one recorded with the run)")
-    evaluate.add_argument("--data-dir", metavar="DIR", help="tensorflow-datasets data_dir")
-    evaluate.add_argument("--split", default="validation", choices=("validation", "train"))
-    evaluate.add_argument("--batch-size", type=int, default=128, metavar="INT")
-    evaluate.add_argument("--fewshot", metavar="1,5,10,25", help="instead: few-shot linear accuracy of the frozen "
-                          "representation (paper 4.1) with these training images per class, on the validation split")
-    evaluate.add_argument("--seeds", type=int, default=3, metavar="INT", help="--fewshot: draws of the shots (default 3)")
-    evaluate.add_argument("--layer", type=int, metavar="INT", help="--fewshot: the tokens after this encoder block "
-                          "(pooled) instead of the pre-logits")
-    evaluate.set_defaults(func=_evaluate)
-
     predict = subparsers.add_parser("predict", help="top-5 classes of image files")
     predict.add_argument("images", nargs="+", metavar="IMAGE")
     predict.add_argument(

@@ -8,7 +8,7 @@ from keras_vit import images
 from keras_vit.imagenet import preprocess_input
 from keras_vit.preprocessing import preprocessing as preprocessing_of
 from keras_vit.run_folder import load_model, metadata
-from keras_vit.training.heads import ends_with_softmax
+from keras_vit.heads import ends_with_softmax
 
 
 def _image_size(model):
@@ -16,47 +16,6 @@ def _image_size(model):
     if height is None or height != width:
         raise ValueError(f"The model takes {model.inputs[0].shape[1:]} images; a fixed square size is needed.")
     return int(height)
-
-
-def recorded_source(model_path, data=None, **source_options):
-    """The `Source` of `data`, by default the data set, splits and held-out fraction recorded
-    with the run of `model_path` (config.json), so that the splits match training's."""
-    from keras_vit.training.data import load_source
-
-    config = metadata(model_path).get("config", {})
-    data = data or config.get("data")
-    if data is None:
-        raise ValueError(f"No data given and no config.json next to {model_path} saying which data it was trained on.")
-    for key in ("data_dir", "manual_dir", "train_split", "val_split", "val_fraction", "seed", "on_corrupt"):
-        if key in config and key not in source_options:
-            source_options[key] = config[key]
-    return load_source(data, **source_options)
-
-
-def evaluate(model_path, data=None, *, split="validation", batch_size=128, **source_options):
-    """Top-1 / top-5 accuracy and loss of a trained model on a split of `data`.
-
-    Without `data` (and `source_options`), the data set, validation split and held-out
-    fraction recorded with the run (config.json) are used, so the numbers match training's.
-    """
-    from keras_vit.training import pipeline
-
-    model, _, eval_crop = load_model(model_path)
-    source = recorded_source(model_path, data, **source_options)
-    classes = model.output_shape[-1]
-    if classes != source.num_classes:
-        raise ValueError(f"The model predicts {classes} classes, {source.name!r} has {source.num_classes}.")
-    ds = pipeline.eval_dataset(source, _image_size(model), batch_size, crop_fraction=eval_crop, split=split)
-    model.compile(
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=not ends_with_softmax(model)),
-        metrics=[
-            keras.metrics.SparseCategoricalAccuracy(name="top1"),
-            keras.metrics.SparseTopKCategoricalAccuracy(min(5, classes), name="top5"),
-        ],
-    )
-    results = model.evaluate(ds, verbose=0, return_dict=True)
-    size = source.validation_size if split == "validation" else source.train_size
-    return {"top1": float(results["top1"]), "top5": float(results["top5"]), "loss": float(results["loss"]), "examples": size}
 
 
 def _crop(path, image_size, crop_fraction, interpolation):

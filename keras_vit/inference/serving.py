@@ -283,14 +283,14 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     largest absolute difference found by `verify` (None when not verified). What is at
     `output` is replaced only by a complete, verified export, and only if it is an earlier
     export of `fmt` or `overwrite` is set. `quantize` ("int8", "float8", "int4") exports a
-    quantized copy (see `keras_vit.training.quantization`), verified against that copy."""
+    quantized copy (see `keras_vit.inference.quantization`), verified against that copy."""
     model_path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
     check_requirements(fmt, verify_outputs)
     check_output(fmt, output, model_path, overwrite)
     if model_path is not None:
         model = load_keras_file(model_path)
     if quantize is not None:
-        from keras_vit.training.quantization import quantized_copy
+        from keras_vit.inference.quantization import quantized_copy
 
         model, model_path = quantized_copy(model, quantize), None
     error = None

@@ -12,12 +12,12 @@ from keras_vit.lazy_imports import lazy_package
 
 _EXPORTS = {
     "TrainingDiverged": "keras_vit.training.checkpointing",
-    "DatasetUnavailableError": "keras_vit.training.data",
-    "Source": "keras_vit.training.data",
-    "load_source": "keras_vit.training.data",
-    "Augmentation": "keras_vit.training.pipeline",
-    "eval_dataset": "keras_vit.training.pipeline",
-    "train_dataset": "keras_vit.training.pipeline",
+    "DatasetUnavailableError": "keras_vit.data.sources",
+    "Source": "keras_vit.data.sources",
+    "load_source": "keras_vit.data.sources",
+    "Augmentation": "keras_vit.data.pipeline",
+    "eval_dataset": "keras_vit.data.pipeline",
+    "train_dataset": "keras_vit.data.pipeline",
     "PretrainResult": "keras_vit.training.pretrain",
     "pretrain": "keras_vit.training.pretrain",
     "RECIPES": "keras_vit.training.recipes",

@@ -10,6 +10,7 @@ from typing import Optional, Union
 
 from keras_vit import fields
 from keras_vit.fields import option
+from keras_vit.lora.targets import LORA_TARGETS, parse_lora_targets  # noqa: F401  (part of this module's interface)
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
@@ -22,7 +23,6 @@ STRATEGIES = {
     "torch": ("auto", "none", "torch_ddp"),
 }
 MASK_TARGETS = ("color", "pixels")
-LORA_TARGETS = ("qkv", "out", "mlp")  # the encoder projections LoRA adapts (`training.lora`)
 # Bounds of the batch size and the step and epoch counts: beyond them TensorFlow's int32 / int64
 # counters overflow; no real run comes near (2**20 images a step, 10**9 steps or epochs).
 MAX_BATCH = 2**20
@@ -31,14 +31,6 @@ MAX_STEPS = 10**9
 DATA, MODEL, OPTIMISATION, PRETRAIN, SYSTEM, OUTPUTS = (
     "data", "model", "optimisation", "masked patch prediction (pretrain)", "system", "outputs"
 )
-
-
-def parse_lora_targets(targets):
-    """"qkv,out" or a sequence of names -> a tuple of `LORA_TARGETS` names, or a ValueError."""
-    names = tuple(t.strip() for t in targets.split(",")) if isinstance(targets, str) else tuple(targets)
-    if not names or any(name not in LORA_TARGETS for name in names):
-        raise ValueError(f"lora_targets={targets!r}: expected names among {', '.join(LORA_TARGETS)}, e.g. qkv,out.")
-    return names
 
 
 def check_decay(decay):

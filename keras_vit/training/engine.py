@@ -26,9 +26,11 @@ import keras
 from keras_vit import run_folder
 from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.files import regular_file, write_json, write_text
-from keras_vit.training import checkpointing, ema, fewshot, layer_decay, lora, optim, pipeline, precision
+from keras_vit.data import pipeline
+from keras_vit.data.sources import load_source
+from keras_vit.lora import adapter as lora
+from keras_vit.training import checkpointing, ema, fewshot_callback, layer_decay, optim, precision
 from keras_vit.training.parallel import distribution, hosts, run_agreement
-from keras_vit.training.data import load_source
 from keras_vit.training.recipes import TrainConfig, check_recipe_command, recipe
 from keras_vit.variants import ARCHITECTURE_KEYS
 
@@ -226,7 +228,7 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
         )
         return plan.feed(transform(batches, 0, start_step))
 
-    callbacks = fewshot.config_callbacks(config, source, setup.model, config.run_dir if plan.is_chief else None)
+    callbacks = fewshot_callback.config_callbacks(config, source, setup.model, config.run_dir if plan.is_chief else None)
     callbacks += make_callbacks(config, plan, state, extra_callbacks)
     if start and plan.is_chief:
         print(f"Resuming {config.run_dir} at step {start}/{steps_per_epoch * epochs} "

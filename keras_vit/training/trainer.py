@@ -13,7 +13,7 @@ import keras
 from keras_vit import run_folder
 from keras_vit.torch_compile import compile_once
 from keras_vit.training import engine, on_step
-from keras_vit.training.heads import logits_output
+from keras_vit.heads import logits_output
 
 
 @dataclasses.dataclass

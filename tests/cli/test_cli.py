@@ -248,8 +248,8 @@ def test_predict_and_inspect_run_without_tensorflow(tmp_path):
     TensorFlow path it used before) with TensorFlow hidden; `inspect` writes its pictures."""
     import tensorflow as tf
 
-    from keras_vit.training import augment
-    from keras_vit.training.data import decode_image_file
+    from keras_vit.data import augment
+    from keras_vit.data.sources import decode_image_file
 
     model = keras_vit.VisionTransformer(
         patch_size=4, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64, input_shape=(16, 16, 3), classes=7

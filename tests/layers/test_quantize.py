@@ -56,7 +56,7 @@ def test_export_quantize_int8(float_model, tmp_path, capsys):
     assert f"quantized to int8 as {fmt}" in capsys.readouterr().out
     images = export_lib.sample_images(float_model)
     exported = export_lib.run_exported(fmt, output, images)
-    from keras_vit.training.quantization import quantized_copy
+    from keras_vit.inference.quantization import quantized_copy
 
     np.testing.assert_allclose(exported, logits(quantized_copy(float_model, "int8"), images), atol=1e-4)
     assert np.abs(exported - logits(float_model, images)).max() > 1e-4  # not the float model

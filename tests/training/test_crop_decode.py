@@ -9,7 +9,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from keras_vit.training import augment, data, pipeline
+from keras_vit.data import augment
+from keras_vit.data import sources as data
+from keras_vit.data import pipeline
 
 AREA, ASPECT = (0.05, 1.0), (3 / 4, 4 / 3)
 

@@ -8,7 +8,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from keras_vit.training import augment, data, pipeline
+from keras_vit.data import augment
+from keras_vit.data import sources as data
+from keras_vit.data import pipeline
 
 AUG = pipeline.Augmentation(16, crop_area=(0.5, 1.0), flip=True)
 

@@ -10,7 +10,7 @@ from sklearn.linear_model import Ridge
 
 import keras_vit
 from keras_vit.cli import main
-from keras_vit.training import fewshot
+from keras_vit.evaluation import fewshot
 
 TINY = dict(patch_size=4, hidden_dim=16, depth=2, num_heads=2, mlp_dim=32, input_shape=(16, 16, 3))
 

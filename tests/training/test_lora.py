@@ -6,7 +6,7 @@ import pytest
 
 import keras
 import keras_vit
-from keras_vit.training import lora
+from keras_vit.lora import adapter as lora
 from tests.support.runs import EveryStep, saved_weights
 
 ARCH = dict(patch_size=4, hidden_dim=16, depth=2, num_heads=2, mlp_dim=32)
@@ -91,7 +91,7 @@ def test_a_file_that_is_not_a_lora_file_is_refused_in_one_line(tmp_path, content
         path.write_bytes(content)
     base = keras_vit.VisionTransformer(patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32,
                                        input_shape=(8, 8, 3), classes=3)
-    with pytest.raises(ValueError, match="is not a LoRA file written by keras_vit.training.lora.save"):
+    with pytest.raises(ValueError, match="is not a LoRA file written by keras_vit.lora.adapter.save"):
         lora.load(base, str(path))
 
 

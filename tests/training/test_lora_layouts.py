@@ -11,7 +11,7 @@ import pytest
 
 import keras_vit
 from keras_vit.cli import main
-from keras_vit.training import lora
+from keras_vit.lora import adapter as lora
 from tests.support.checkpoints import randomize_hf_model
 from tests.support.models import randomize
 

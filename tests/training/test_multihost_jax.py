@@ -18,9 +18,10 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit.training import checkpointing, pipeline
+from keras_vit.training import checkpointing
+from keras_vit.data import pipeline
 from keras_vit.training.parallel import hosts, run_agreement
-from keras_vit.training.data import from_arrays
+from keras_vit.data.sources import from_arrays
 from tests.support import multihost
 
 BACKEND = keras.backend.backend()

@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit.training import augment, data, on_step, pipeline
+from keras_vit.training import on_step
+from keras_vit.data import augment
+from keras_vit.data import sources as data
+from keras_vit.data import pipeline
 
 # Rows: MixUp at 0.3 (no box), CutMix of rows 1-2 x columns 0-2 (box edges between pixels),
 # CutMix of an empty box, MixUp at 1.0 (itself only), CutMix of the whole image.

@@ -1,11 +1,11 @@
-"""keras_vit.training.randaugment: Keras' RandAugment ops and magnitudes, per image, stateless."""
+"""keras_vit.data.randaugment: Keras' RandAugment ops and magnitudes, per image, stateless."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit.training import randaugment
+from keras_vit.data import randaugment
 
 FACTOR = 0.5
 

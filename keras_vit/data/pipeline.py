@@ -17,7 +17,8 @@ import dataclasses
 
 import tensorflow as tf
 
-from keras_vit.training import augment, randaugment
+from keras_vit.data import augment
+from keras_vit.data import randaugment
 
 AUTOTUNE = tf.data.AUTOTUNE
 

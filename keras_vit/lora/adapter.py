@@ -29,7 +29,7 @@ import numpy as np
 
 from keras_vit.files import atomic_path, regular_file
 from keras_vit.layers.linear import Linear
-from keras_vit.training.config import LORA_TARGETS, parse_lora_targets as parse_targets
+from keras_vit.lora.targets import LORA_TARGETS, parse_lora_targets as parse_targets
 
 # Projection name (`config.LORA_TARGETS`) -> the `Linear` layers of each encoder block it covers.
 TARGETS = dict(zip(LORA_TARGETS, (("qkv",), ("out",), ("dense_0", "dense_1"))))
@@ -93,7 +93,7 @@ def save(model, path, layout="npz"):
 def write(path, arrays, settings, layout="npz"):
     """Writes an adapter's `(arrays, settings)` to `path` in `layout`: keras_vit's `.npz`, a
     PEFT folder, a KerasHub `.lora.h5` (see `lora_layouts`; returns the calls that load it)."""
-    from keras_vit.training import lora_layouts
+    from keras_vit.lora import layouts as lora_layouts
 
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}; expected one of {LAYOUTS}.")
@@ -108,7 +108,7 @@ def write(path, arrays, settings, layout="npz"):
 
 def read(path):
     """`(arrays, settings)` of a LoRA file or folder in any of `LAYOUTS`."""
-    from keras_vit.training import lora_layouts
+    from keras_vit.lora import layouts as lora_layouts
 
     path = os.fspath(path)
     if lora_layouts.is_peft(path):
@@ -120,7 +120,7 @@ def read(path):
             settings = json.loads(str(stored["__settings__"]))
             arrays = {key: stored[key] for key in stored.files if key != "__settings__"}
     except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
-        raise ValueError(f"{path} is not a LoRA file written by keras_vit.training.lora.save, a PEFT adapter folder "
+        raise ValueError(f"{path} is not a LoRA file written by keras_vit.lora.adapter.save, a PEFT adapter folder "
                          f"or a KerasHub .lora.h5 file ({error}).") from None
     return arrays, settings
 

@@ -6,7 +6,7 @@ split is reported per shot count and seed. As in the paper's code: features stan
 with the few-shot set's mean and standard deviation, a constant feature of 100 as the bias
 (so almost unregularised), a fixed `l2 = 2**10`, seeds 0, 1, 2 each drawing its own shots.
 
-    from keras_vit.training import fewshot
+    from keras_vit.evaluation import fewshot
     scores = fewshot.evaluate(model, "digits", shots=(1, 5, 10))   # {"1shot": 0.41, ...}
 """
 
@@ -17,9 +17,6 @@ import os
 import keras
 import numpy as np
 
-from keras_vit import run_folder
-from keras_vit.files import append_text
-from keras_vit.training import ema
 
 SHOTS = (1, 5, 10, 25)
 SEEDS = 3
@@ -124,7 +121,7 @@ def extract(representation, dataset):
 
 def source_features(representation, source, image_size, batch_size=128, crop_fraction=1.0):
     """`(train features, train labels, validation features, validation labels)` of a `Source`."""
-    from keras_vit.training import pipeline
+    from keras_vit.data import pipeline
 
     splits = [
         extract(representation, pipeline.eval_dataset(source, image_size, batch_size, crop_fraction=crop_fraction, split=s))
@@ -153,7 +150,7 @@ def evaluate(model, data, *, shots=SHOTS, seeds=SEEDS, l2=L2, layer=None, poolin
     `keras_vit.training.load_source` reads; `source_options` go to it): the shots are drawn
     from its train split, the accuracy measured on its validation split. Returns the mean
     over the seeds `{"1shot": ..., ...}`, or with `per_seed` `{shots: [per seed]}`."""
-    from keras_vit.training.data import Source, load_source
+    from keras_vit.data.sources import Source, load_source
 
     check_shots(shots)
     source = data if isinstance(data, Source) else load_source(data, **source_options)
@@ -161,101 +158,3 @@ def evaluate(model, data, *, shots=SHOTS, seeds=SEEDS, l2=L2, layer=None, poolin
     arrays = source_features(representation_model(model, layer, pooling), source, size, batch_size, crop_fraction)
     results = fewshot_accuracy(*arrays, shots=shots, seeds=seeds, l2=l2)
     return results if per_seed else summarise(results)
-
-
-class FewShotCallback(keras.callbacks.Callback):
-    """Runs the few-shot evaluation of `model` (the network being trained, or the encoder
-    inside it) every `every` training steps and at the end of training (the shot counts
-    the smallest class has images for), and logs it: the
-    mean accuracy per shot count goes into the epoch logs (so `CSVLogger` and `TensorBoard`
-    callbacks after this one record the latest value as `fewshot_1shot`, ...), and each
-    evaluation is a row of `log_dir/fewshot.csv` and a TensorBoard scalar in
-    `log_dir/tensorboard/fewshot`."""
-
-    def __init__(self, model, source, *, every, shots=SHOTS, seeds=SEEDS, l2=L2, layer=None, image_size=None,
-                 batch_size=128, log_dir=None, tensorboard=True):
-        super().__init__()
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"every={every!r} must be a whole number of steps >= 1.")
-        check_shots(shots)
-        self.network, self.source, self.every = model, source, every
-        self.shots, self.seeds, self.l2, self.layer, self.batch_size = tuple(shots), seeds, l2, layer, batch_size
-        self.image_size = image_size or image_size_of(model)
-        self.log_dir, self.tensorboard = log_dir, tensorboard
-        self.latest, self.last_step, self._representation = {}, None, None
-
-    def _step(self):
-        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-
-    def run(self, step):
-        if self._representation is None:
-            self._representation = representation_model(self.network, self.layer)
-        with ema.averaged(self.model):  # the weight average, if the run keeps one
-            arrays = source_features(self._representation, self.source, self.image_size, self.batch_size)
-        smallest = int(np.bincount(arrays[1]).min())  # the shot counts the data has images for
-        shots = [k for k in self.shots if k <= smallest] or [smallest]
-        self.latest = summarise(fewshot_accuracy(*arrays, shots=shots, seeds=self.seeds, l2=self.l2))
-        self.last_step = step
-        if self.log_dir:
-            self._write(step)
-        return self.latest
-
-    def _write(self, step):
-        header, row = io.StringIO(), io.StringIO()
-        csv.writer(header).writerow(["step", *self.latest])
-        csv.writer(row).writerow([step, *(f"{v:.6f}" for v in self.latest.values())])
-        append_text(run_folder.path(self.log_dir, run_folder.FEWSHOT), row.getvalue(), header.getvalue())
-        if self.tensorboard:
-            import tensorflow as tf
-
-            writer = tf.summary.create_file_writer(os.path.join(self.log_dir, run_folder.TENSORBOARD, "fewshot"))
-            with writer.as_default():
-                for name, value in self.latest.items():
-                    tf.summary.scalar(f"fewshot_{name}", value, step=step)
-            writer.close()
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = self._step()
-        if step % self.every == 0 and step != self.last_step:
-            self.run(step)
-
-    def on_epoch_end(self, epoch, logs=None):
-        if not self.latest:  # the first epoch's logs name the columns of log.csv
-            self.run(self._step())
-        if logs is not None:
-            logs.update({f"fewshot_{name}": value for name, value in self.latest.items()})
-
-    def on_train_end(self, logs=None):
-        step = self._step()
-        if step != self.last_step:
-            self.run(step)
-
-
-def config_callbacks(config, source, model, log_dir):
-    """The `FewShotCallback` a `TrainConfig` asks for (`fewshot_every` > 0), as a list."""
-    if not config.fewshot_every:
-        return []
-    return [FewShotCallback(model, source, every=config.fewshot_every, image_size=config.image_size,
-                            log_dir=log_dir, tensorboard=config.tensorboard)]
-
-
-def command(args):
-    """`keras-vit evaluate MODEL --fewshot 1,5,10,25`: prints the accuracy per shot count."""
-    from keras_vit.inference.predict import recorded_source
-    from keras_vit.run_folder import load_model, metadata
-
-    shots = parse_shots(args.fewshot)
-    if args.seeds < 1:
-        raise ValueError(f"--seeds {args.seeds} must be >= 1.")
-    model, _, crop = load_model(args.model)
-    options = {"data_dir": args.data_dir} if args.data_dir else {}
-    source = recorded_source(args.model, args.data, **options)
-    size = metadata(args.model).get("classes", {}).get("image_size")
-    results = evaluate(model, source, shots=shots, seeds=args.seeds, layer=args.layer, image_size=image_size_of(model, size),
-                       batch_size=args.batch_size, crop_fraction=crop, per_seed=True)
-    where = "pre-logits" if args.layer is None else f"block {args.layer}"
-    print(f"{args.model}: few-shot linear accuracy ({where}, l2 {L2:g}) on {source.validation_size} validation "
-          f"examples of {source.name}, mean ± std over {args.seeds} seed(s):")
-    for k, accuracies in results.items():
-        print(f"  {k:>3}-shot  {np.mean(accuracies):.4f} ± {np.std(accuracies):.4f}")
-    return 0
