@@ -27,7 +27,7 @@ class Encoder(Float32Stream, keras.layers.Layer):
     (`jax.checkpoint`, `torch.utils.checkpoint`; `tf.recompute_grad` only for blocks without
     dropout / stochastic depth). The other keyword arguments of `TransformerBlock`
     (`BLOCK_OPTIONS`: dropout, GELU flavour, LayerNorm epsilon, MLP, LayerScale) are passed
-    to every block (`block_options`).
+    to every block (`block_options`) and readable as the encoder's attributes.
     """
 
     def __init__(self, depth, num_heads, mlp_dim, drop_path_rate=0.0, seed=None, remat=False, final_norm=True,
@@ -54,6 +54,8 @@ class Encoder(Float32Stream, keras.layers.Layer):
         ]
         block_config = self.blocks[0].get_config()
         self.block_options = {key: block_config[key] for key in block_options}
+        for key in BLOCK_OPTIONS:  # readable as the encoder's: encoder.approximate_gelu, encoder.mlp, ...
+            setattr(self, key, block_config[key])
         self.final_norm = bool(final_norm)
         self.encoder_norm = keras.layers.LayerNormalization(
             epsilon=self.blocks[0].layer_norm_epsilon, name="encoder_norm", dtype=self.dtype_policy
