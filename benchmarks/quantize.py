@@ -61,7 +61,7 @@ def saved_size(model):
 
 def top1(model, path, data):
     from keras_vit.data import pipeline
-    from keras_vit.inference.predict import recorded_source
+    from keras_vit.evaluation.classification import recorded_source
 
     source = recorded_source(path, data)
     size = model.inputs[0].shape[1]

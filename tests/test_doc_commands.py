@@ -105,9 +105,11 @@ def workspace(tmp_path_factory):
     try:
         assert main(prepared(["keras-vit", "train"])) == 0
         assert main(prepared(["keras-vit", "pretrain"])) == 0
+        assert main(prepared(["keras-vit", "train", "--lora-rank", "4", "--output-dir", "runs/lora"])) == 0
     finally:
         os.chdir(previous)
     assert (folder / LOCAL_MODEL).is_file() and (folder / "runs/masked_patch_digits/encoder.keras").is_file()
+    assert (folder / "runs/lora/lora.npz").is_file()
     return folder
 
 

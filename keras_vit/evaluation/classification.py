@@ -8,6 +8,13 @@ from keras_vit.heads import ends_with_softmax
 from keras_vit.run_folder import load_model, metadata
 
 
+def square_size(model):
+    """The side of `model`'s square input images, or a one-line ValueError for another input."""
+    height, width = model.inputs[0].shape[1:3]
+    if height is None or height != width:
+        raise ValueError(f"The model takes {model.inputs[0].shape[1:]} images; a fixed square size is needed.")
+    return int(height)
+
 def recorded_source(model_path, data=None, **source_options):
     """The `Source` of `data`, by default the data set, splits and held-out fraction recorded
     with the run of `model_path` (config.json), so that the splits match training's."""
@@ -36,7 +43,7 @@ def evaluate(model_path, data=None, *, split="validation", batch_size=128, **sou
     classes = model.output_shape[-1]
     if classes != source.num_classes:
         raise ValueError(f"The model predicts {classes} classes, {source.name!r} has {source.num_classes}.")
-    ds = pipeline.eval_dataset(source, _image_size(model), batch_size, crop_fraction=eval_crop, split=split)
+    ds = pipeline.eval_dataset(source, square_size(model), batch_size, crop_fraction=eval_crop, split=split)
     model.compile(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=not ends_with_softmax(model)),
         metrics=[

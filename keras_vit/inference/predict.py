@@ -7,15 +7,10 @@ import numpy as np
 from keras_vit import images
 from keras_vit.imagenet import preprocess_input
 from keras_vit.preprocessing import preprocessing as preprocessing_of
-from keras_vit.run_folder import load_model, metadata
+from keras_vit.run_folder import load_model
+from keras_vit.evaluation.classification import square_size
 from keras_vit.heads import ends_with_softmax
 
-
-def _image_size(model):
-    height, width = model.inputs[0].shape[1:3]
-    if height is None or height != width:
-        raise ValueError(f"The model takes {model.inputs[0].shape[1:]} images; a fixed square size is needed.")
-    return int(height)
 
 
 def _crop(path, image_size, crop_fraction, interpolation):
@@ -49,7 +44,7 @@ def predict(model, paths, *, class_names=None, top=5, crop_fraction=1.0, batch_s
     """For each image file, the `top` classes (all of them at most) as `(index, name, probability)`,
     decoding and running `batch_size` images at a time, scaled by the model's preprocessing."""
     check_top(top)
-    size, results = _image_size(model), []
+    size, results = square_size(model), []
     for start in range(0, len(paths), batch_size):
         batch = load_images(paths[start : start + batch_size], size, crop_fraction, preprocessing=model)
         probs = keras.ops.convert_to_numpy(model.predict(batch, verbose=0))

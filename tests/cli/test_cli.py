@@ -123,7 +123,7 @@ def test_every_option_shows_what_it_takes(capsys):
     text = _help(capsys, "train")
     assert " VALUE" not in text  # the old placeholder of every option
     for shown in (
-        "--optimizer {sgd,adam,adamw}", "--epochs INT", "--clipnorm FLOAT|none", "--flip true|false",
+        "--optimizer {sgd,adam,adamw,muon}", "--epochs INT", "--clipnorm FLOAT|none", "--flip true|false",
         "--data NAME|DIR|FILE", "--output-dir DIR", "--crop-area MIN,MAX", "--schedule {cosine,linear,constant}",
         "--precision {auto,float32,tf32,mixed_bfloat16,mixed_float16}", "--on-corrupt {skip,error}",
     ):

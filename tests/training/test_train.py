@@ -83,7 +83,7 @@ def test_short_fit_on_digits_reaches_80_percent(tmp_path):
     assert os.path.exists(result.best_path) and os.path.exists(result.final_path)
     assert max(result.history["val_accuracy"]) == pytest.approx(result.top1, abs=1e-6)
     # the saved best model reproduces the reported accuracy
-    from keras_vit.inference.predict import evaluate
+    from keras_vit.evaluation.classification import evaluate
 
     assert evaluate(result.best_path)["top1"] == pytest.approx(result.top1, abs=1e-6)
     with open(os.path.join(result.run_dir, "log.csv")) as handle:
