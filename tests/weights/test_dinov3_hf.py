@@ -51,3 +51,13 @@ def test_dinov3_options_keras_vit_cannot_run_are_refused_in_one_line(tmp_path):
     _save(tmp_path, mlp_bias=False)
     with pytest.raises(ValueError, match=r"mlp_bias=False; keras_vit reads mlp_bias=True only"):
         keras_vit.from_checkpoint(str(tmp_path))
+
+
+@pytest.mark.parametrize("format", ["timm", "hf", "npz"])
+def test_export_of_a_dinov3_model_is_refused_in_one_line(tmp_path, format):
+    """No writer records rope or the missing key bias: writing one would lose them silently."""
+    _save(tmp_path / "folder")
+    model = keras_vit.from_checkpoint(str(tmp_path / "folder"))
+    with pytest.raises(ValueError, match=r"^[^\n]*rotary position embeddings[^\n]*model\.save"):
+        keras_vit.weights.export(model, tmp_path / f"out.{format}", format=format)
+    assert not (tmp_path / f"out.{format}").exists()
