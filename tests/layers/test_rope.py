@@ -44,20 +44,17 @@ def test_rotation_matches_transformers(rng, grid):
 
 
 def test_rotation_stays_float32_for_bfloat16_queries(rng):
-    """The angles and the rotation are float32 whatever the compute dtype; only the result is rounded."""
+    """The angles and the rotation are float32 whatever the compute dtype: a bfloat16 query comes
+    back as transformers' float32 rotation of it, rounded once to bfloat16."""
     grid, head_dim = (8, 8), 64
-    q = rng.normal(size=(1, 1 + 64, 1, head_dim)).astype("float32")
+    q = keras.ops.cast(rng.normal(size=(1, 1 + 64, 1, head_dim)).astype("float32"), "bfloat16")
     cos, sin = rotation(coordinates(grid)[0], head_dim)
-    ref_cos, ref_sin = reference_rope(grid, head_dim, 1)
-    expected = dinov3.apply_rotary_pos_emb(*(torch.from_numpy(q).transpose(1, 2),) * 2, ref_cos, ref_sin)[0]
-    expected = expected.transpose(1, 2).to(torch.bfloat16).float().numpy()
-    ours = rotate(keras.ops.cast(q, "bfloat16"), cos, sin)
+    ours = rotate(q, cos, sin)
     assert keras.backend.standardize_dtype(ours.dtype) == "bfloat16"
-    rounded_q = keras.ops.convert_to_numpy(keras.ops.cast(keras.ops.cast(q, "bfloat16"), "float32"))
-    exact = dinov3.apply_rotary_pos_emb(*(torch.from_numpy(rounded_q).transpose(1, 2),) * 2, ref_cos, ref_sin)[0]
+    exact = torch.from_numpy(keras.ops.convert_to_numpy(keras.ops.cast(q, "float32"))).transpose(1, 2)
+    exact = dinov3.apply_rotary_pos_emb(exact, exact, *reference_rope(grid, head_dim, 1))[0]
     exact = exact.transpose(1, 2).to(torch.bfloat16).float().numpy()
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(keras.ops.cast(ours, "float32")), exact)
-    del expected
 
 
 def test_attention_rotates_patch_queries_and_keys_and_drops_the_key_bias(rng):
@@ -104,6 +101,7 @@ def test_training_augmentation_moves_the_coordinates_only_while_training():
     moved = keras.ops.convert_to_numpy(layer(keras.ops.zeros((1, 9, 4)), grid, training=True))
     np.testing.assert_allclose(plain, keras.ops.convert_to_numpy(coordinates((3, 3))))
     assert not np.allclose(plain, moved)
-    # one affine map per axis: the differences along an axis keep their ratios
-    ratio = (moved[0, :, 1] - moved[0, 0, 1]) / np.where(plain[0, :, 1] == plain[0, 0, 1], 1, plain[0, :, 1] - plain[0, 0, 1])
-    np.testing.assert_allclose(ratio[plain[0, :, 1] != plain[0, 0, 1]], ratio[1], rtol=1e-5)
+    # one affine map per axis: x - x0 scales by one factor for every patch
+    x, x0 = plain[0, :, 1], plain[0, 0, 1]
+    ratio = (moved[0, x != x0, 1] - moved[0, 0, 1]) / (x[x != x0] - x0)
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-5)

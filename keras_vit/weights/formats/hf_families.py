@@ -1,7 +1,7 @@
 """Hugging Face transformers folders of the plain-ViT families beyond the paper's model
 (SPEC section 7): DeiT (`DeiTModel`, `DeiTForImageClassification[WithTeacher]`), DINOv2
-(`Dinov2Model`, `Dinov2WithRegistersModel`), DINOv3 (`DINOv3ViTModel`, read only) and SigLIP image towers (`SiglipVisionModel`, or
-the `vision_model` of a `SiglipModel`); `config.json` gives the GELU, heads, grid and
+(`Dinov2Model`, `Dinov2WithRegistersModel`), DINOv3 (`DINOv3ViTModel`, read only) and SigLIP
+image towers (`SiglipVisionModel`, or the `vision_model` of a `SiglipModel`); `config.json` gives the GELU, heads, grid and
 LayerNorm epsilon, as for the paper's ViT (`formats.huggingface`).
 
 Written by `export(format="hf")`, whose `write` (`HF`) picks the family from the checkpoint: a
@@ -162,15 +162,19 @@ def prepare_dinov3(raw):
     config = _config(raw)
     for name, wanted in _DINOV3_FIXED.items():
         if config.get(name, wanted) != wanted:
-            raise ValueError(f"{raw.path}: DINOv3 config {name}={config[name]!r}; keras_vit reads {name}={wanted} only.")
+            raise ValueError(
+                f"{raw.path}: DINOv3 config {name}={config[name]!r}; keras_vit reads {name}={wanted} only.")
     if config.get("use_gated_mlp") and config.get("hidden_act", "gelu") != "silu":
-        raise ValueError(f"{raw.path}: a gated MLP with hidden_act={config['hidden_act']!r}; keras_vit's SwiGLU is SiLU-gated.")
+        raise ValueError(
+            f"{raw.path}: a gated MLP with hidden_act={config['hidden_act']!r}; keras_vit's SwiGLU is SiLU-gated.")
     tensors = _strip(raw, ("model.",), drop=("embeddings.mask_token",))
     for key in [k for k in tensors if k.endswith(".attention.k_proj.weight")]:
-        tensors[key[: -len("weight")] + "bias"] = LazyArray.wrap(np.zeros(tensors[key].shape[0], np.float32), "zero key bias")
+        zeros = np.zeros(tensors[key].shape[0], np.float32)
+        tensors[key[: -len("weight")] + "bias"] = LazyArray.wrap(zeros, "zero key bias")
     for key in [k for k in tensors if ".mlp.gate_proj." in k]:
         up = key.replace(".gate_proj.", ".up_proj.")
-        tensors[up] = concat([tensors.pop(key), tensors[up]], axis=0)
+        if up in tensors:  # else the table names the unmatched key
+            tensors[up] = concat([tensors.pop(key), tensors[up]], axis=0)
     return tensors
 
 
