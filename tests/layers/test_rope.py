@@ -105,3 +105,21 @@ def test_training_augmentation_moves_the_coordinates_only_while_training():
     x, x0 = plain[0, :, 1], plain[0, 0, 1]
     ratio = (moved[0, x != x0, 1] - moved[0, 0, 1]) / (x[x != x0] - x0)
     np.testing.assert_allclose(ratio, ratio[0], rtol=1e-5)
+
+
+def test_a_training_step_leaves_the_dropped_key_bias_and_moves_the_rest(rng):
+    """One SGD step of a DINOv3-style model (rope with its training augmentation, no key bias):
+    the key part of the `qkv` bias gets no gradient, the query and value parts do."""
+    model = keras_vit.VisionTransformer(
+        patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, include_top=False, pooling="token",
+        num_registers=2, position_embedding="rope", key_bias=False, rope_rescale=2.0, rope_jitter=1.5,
+        rope_shift=0.1, layer_scale_init=1.0, seed=0, input_shape=(12, 16, 3))
+    bias = model.get_layer("encoder").blocks[0].attention.qkv.bias
+    bias.assign(rng.normal(size=bias.shape).astype("float32"))
+    before = keras.ops.convert_to_numpy(bias).reshape(3, 16)
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss="mse")
+    model.fit(rng.uniform(-1, 1, (4, 12, 16, 3)).astype("float32"), rng.normal(size=(4, 16)).astype("float32"),
+              epochs=1, batch_size=4, verbose=0)
+    after = keras.ops.convert_to_numpy(bias).reshape(3, 16)
+    np.testing.assert_array_equal(after[1], before[1])
+    assert not np.allclose(after[0], before[0]) and not np.allclose(after[2], before[2])
