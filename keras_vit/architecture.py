@@ -15,6 +15,7 @@ from keras_vit.torch_compile import compile_once
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
 from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.layers.map_head import MAPHead
+from keras_vit.layers.rope import RopePositionEmbedding
 from keras_vit.layers.sincos_position_embedding import SinCosPositionEmbedding
 from keras_vit.model_config import ENCODER, ViTConfig  # noqa: F401  (part of this module's interface)
 from keras_vit.preprocessing import DEFAULT as DEFAULT_PREPROCESSING
@@ -22,7 +23,8 @@ from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS, variant  # noqa: F40
 
 DEFAULT_SIZE = 224
 # The layer of each `position_embedding` choice (`model_config.POSITION_EMBEDDINGS`).
-POSITION_EMBEDDING_LAYERS = {"learned": PositionEmbedding, "sincos2d": SinCosPositionEmbedding}
+POSITION_EMBEDDING_LAYERS = {"learned": PositionEmbedding, "sincos2d": SinCosPositionEmbedding,
+                             "rope": RopePositionEmbedding}
 
 def image_shape(input_shape, input_tensor, stride, need_rgb):
     """The validated `(height, width, channels)` of the input (default 224 x 224 x 3)."""
@@ -85,15 +87,21 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
     if config.distillation_token:
         tokens = LearnedTokens(1, offset=1, name="dist_token")(tokens)
     position = POSITION_EMBEDDING_LAYERS[config.position_embedding]
-    resize = {"interpolation": config.interpolation or interpolations.DEFAULT} if position is PositionEmbedding else {}
-    tokens = position(grid, num_prefix_tokens=config.position_prefix, name="posembed_input", **resize)(tokens, patches)
+    rope = {}
+    if config.position_embedding == "rope":  # the encoder rotates queries and keys by the patches' coordinates
+        rope["rope"] = position(grid, num_prefix_tokens=config.position_prefix, shift=config.rope_shift,
+                                jitter=config.rope_jitter, rescale=config.rope_rescale, seed=config.seed,
+                                name="posembed_input")(tokens, patches)
+    else:
+        resize = {"interpolation": config.interpolation or interpolations.DEFAULT} if position is PositionEmbedding else {}
+        tokens = position(grid, num_prefix_tokens=config.position_prefix, name="posembed_input", **resize)(tokens, patches)
     if config.num_registers:
         tokens = LearnedTokens(config.num_registers, offset=config.position_prefix, name="registers")(tokens)
     tokens = keras.layers.Dropout(config.dropout_rate, seed=config.seed, name="dropout", dtype="float32")(tokens)
     tokens = Encoder(
         config.depth, config.num_heads, config.mlp_dim, **config.relayed(ENCODER), final_norm=not config.fc_norm,
         name="encoder",
-    )(tokens)
+    )(tokens, **rope)
     outputs = tokens
     if config.include_top or config.pooling is not None:
         outputs = _pool(config, tokens)

@@ -9,6 +9,9 @@ _DEIT = dict(patch_size=16, distillation_token=True, approximate_gelu=False, inp
              preprocessing="deit")
 _DINOV2 = dict(patch_size=14, layer_scale_init=1e-5, approximate_gelu=False, input_size=518, include_top=False,
                preprocessing="dinov2")
+_DINOV3 = dict(patch_size=16, position_embedding="rope", num_registers=4, layer_scale_init=1e-5, key_bias=False,
+               approximate_gelu=False, layer_norm_epsilon=1e-5, input_size=224, include_top=False,
+               preprocessing="dinov3")
 _SIGLIP = dict(class_token=False, pooling="map", approximate_gelu=True, input_size=224, include_top=False,
                preprocessing="siglip")
 
@@ -22,6 +25,13 @@ FAMILIES = {
     "DINOv2B14": dict(_DINOV2, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
     "DINOv2L14": dict(_DINOV2, hidden_dim=1024, depth=24, num_heads=16, mlp_dim=4096),
     "DINOv2G14": dict(_DINOV2, hidden_dim=1536, depth=40, num_heads=24, mlp_dim=4096, mlp="swiglu"),
+    # DINOv3 (Simeoni et al., 2025): 2-D rotary position embeddings, 4 registers, LayerScale, no key bias;
+    # S+/16 and H+/16 with a SwiGLU MLP (Meta's ffn_ratio 6, two thirds of it). The 7B/16 (untied norms) is not here.
+    "DINOv3S16": dict(_DINOV3, hidden_dim=384, depth=12, num_heads=6, mlp_dim=1536),
+    "DINOv3SPlus16": dict(_DINOV3, hidden_dim=384, depth=12, num_heads=6, mlp_dim=1536, mlp="swiglu"),
+    "DINOv3B16": dict(_DINOV3, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
+    "DINOv3L16": dict(_DINOV3, hidden_dim=1024, depth=24, num_heads=16, mlp_dim=4096),
+    "DINOv3HPlus16": dict(_DINOV3, hidden_dim=1280, depth=32, num_heads=20, mlp_dim=5120, mlp="swiglu"),
     # SigLIP image towers (Zhai et al., 2023): no class token, MAP head, tanh GELU.
     "SigLIPB16": dict(_SIGLIP, patch_size=16, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
     "SigLIPSo400m14": dict(_SIGLIP, patch_size=14, hidden_dim=1152, depth=27, num_heads=16, mlp_dim=4304),

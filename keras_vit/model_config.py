@@ -23,7 +23,7 @@ from keras_vit.preprocessing import check_name
 from keras_vit.variants import ARCHITECTURE_KEYS
 
 POOLINGS = ("token", "avg", "map")
-POSITION_EMBEDDINGS = ("learned", "sincos2d")
+POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope")
 MLPS = ("gelu", "swiglu")
 ENCODER = "encoder"  # `to=` of the options relayed to `keras_vit.layers.Encoder` (and by it to every block)
 
@@ -96,8 +96,20 @@ class ViTConfig:
     num_registers: Optional[int] = option(
         None, "register tokens (DINOv2) after those, without position embedding; None: the checkpoint's own "
         "(DINOv2's `reg4` files: 4), else 0", group=TOKENS, interval="[0, inf)")
-    position_embedding: str = option("learned", "'learned' or the fixed 2-D 'sincos2d' (big_vision)",
-                                     group=TOKENS, choices=POSITION_EMBEDDINGS)
+    position_embedding: str = option(
+        "learned", "'learned', the fixed 2-D 'sincos2d' (big_vision) or DINOv3's 2-D rotary 'rope' of the patch "
+        "tokens' queries and keys", group=TOKENS, choices=POSITION_EMBEDDINGS)
+    rope_theta: float = option(100.0, "period of the rotary embeddings' lowest frequency (DINOv3: 100)",
+                               group=TOKENS, interval="(0, inf)", to=ENCODER)
+    rope_shift: Optional[float] = option(
+        None, "training-time shift of the rope coordinates by a uniform draw in [-shift, shift] per axis; None: off",
+        group=TOKENS, interval="(0, inf)")
+    rope_jitter: Optional[float] = option(
+        None, "training-time scaling of each rope axis by a log-uniform draw in [1/jitter, jitter]; None: off",
+        group=TOKENS, interval="[1, inf)")
+    rope_rescale: Optional[float] = option(
+        None, "training-time scaling of both rope axes by a log-uniform draw in [1/rescale, rescale] (DINOv3 "
+        "trained with 2); None: off", group=TOKENS, interval="[1, inf)")
     interpolation: Optional[str] = option(
         None, "how the position embeddings are resized to another image size, at load time and at run time: a "
         "name of `keras_vit.interpolation.INTERPOLATIONS` ('bilinear': the original code's, 'bicubic_antialias': "
@@ -106,6 +118,8 @@ class ViTConfig:
     layer_scale_init: Optional[float] = option(
         None, "initial LayerScale of every residual branch (DeiT III, DINOv2); None: no LayerScale",
         group=MODEL, to=ENCODER)
+    key_bias: bool = option(True, "a bias on the attention keys (False: DINOv3, whose key bias is zero)",
+                            group=MODEL, to=ENCODER)
     mlp: str = option("gelu", "'gelu' (the paper's MLP) or 'swiglu' (DINOv2 g/14)", group=MODEL, choices=MLPS,
                       to=ENCODER)
     fc_norm: bool = option(

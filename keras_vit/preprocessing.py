@@ -43,6 +43,8 @@ PREPROCESSING = {
     "deit": Preprocessing(IMAGENET_MEAN, IMAGENET_STD, "bicubic", 0.9),
     # DINOv2 (timm vit_*_dinov2: ImageNet mean / std, bicubic, crop_pct 1.0).
     "dinov2": Preprocessing(IMAGENET_MEAN, IMAGENET_STD, "bicubic", 1.0),
+    # DINOv3 (transformers DINOv3ViTImageProcessorFast: ImageNet mean / std, bilinear resize to 224, no crop).
+    "dinov3": Preprocessing(IMAGENET_MEAN, IMAGENET_STD, "bilinear", 1.0),
     # SigLIP (transformers SiglipImageProcessor: mean / std 0.5, bicubic resize to the square).
     "siglip": Preprocessing(HALF, HALF, "bicubic", 1.0),
 }

@@ -19,11 +19,12 @@ def attention_weights(model, images, batch_size=16):
     """
     images = check_images(images)
     encoder = encoder_layer(model)
-    feeder = keras.Model(model.input, [embedding_layer(model).output, encoder.input])
+    inputs = encoder.input if isinstance(encoder.input, list) else [encoder.input]  # tokens (, rope coordinates)
+    feeder = keras.Model(model.input, [embedding_layer(model).output, *inputs])
     for start in range(0, len(images), batch_size):
         batch = images[start : start + batch_size]
-        grid, tokens = feeder(batch, training=False)
-        _, weights = encoder(tokens, training=False, return_attention_weights=True)
+        grid, *inputs = feeder(batch, training=False)
+        _, weights = encoder(*inputs, training=False, return_attention_weights=True)
         rows, cols = ops.shape(grid)[1], ops.shape(grid)[2]
         pixels = (batch.shape[1] / rows, batch.shape[2] / cols)
         yield [ops.convert_to_numpy(w).astype("float32") for w in weights], (rows, cols), pixels

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.inspect.model_parts import check_images, embedding_layer, encoder_layer, prefix_tokens
+from keras_vit.inspect.model_parts import check_images, embedding_layer, encoder_inputs, encoder_layer, prefix_tokens
 from keras_vit.layers.token_grid import TokenGrid
 
 
@@ -53,9 +53,9 @@ def feature_extractor(model, layers=None, *, norm=False, grid=False, name=None):
     """
     encoder = encoder_layer(model)
     indices = block_indices(layers, encoder.depth)
-    tokens, after = encoder.input, {}
+    (tokens, rope), after = encoder_inputs(model), {}
     for i, block in enumerate(encoder.blocks[: max(indices) + 1]):
-        tokens = after[i] = block(tokens)
+        tokens = after[i] = block(tokens, **rope)
     outputs = [after[i] for i in indices]
     if norm and encoder.encoder_norm is not None:
         outputs = [encoder.encoder_norm(x) for x in outputs]

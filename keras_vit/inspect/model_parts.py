@@ -38,6 +38,13 @@ def encoder_layer(model):
     return _layer(model, "encoder")
 
 
+def encoder_inputs(model):
+    """The encoder's input tokens and the keyword arguments its blocks take with them:
+    `{"rope": coordinates}` for `position_embedding="rope"`, else `{}`."""
+    inputs = encoder_layer(model).input
+    return (inputs[0], {"rope": inputs[1]}) if isinstance(inputs, (list, tuple)) else (inputs, {})
+
+
 def check_images(images):
     """`images` as a float32 `(batch, height, width, channels)` array, or a clear error."""
     images = np.asarray(images, dtype="float32")

@@ -13,6 +13,7 @@ from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding
 from keras_vit.layers.sincos_position_embedding import SinCosPositionEmbedding
 from keras_vit.layers.swiglu import SwiGLUBlock
+from keras_vit.layers.rope import RopePositionEmbedding
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStage, ResNetV2Stem, WeightStandardizedConv2D
 from keras_vit.layers.token_grid import TokenGrid
 from keras_vit.layers.transformer_block import TransformerBlock
@@ -32,6 +33,7 @@ __all__ = [
     "PositionEmbedding",
     "ResNetStage",
     "ResNetV2Stem",
+    "RopePositionEmbedding",
     "SinCosPositionEmbedding",
     "SwiGLUBlock",
     "TokenGrid",

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_vit.layers.fused_attention import dot_product_attention
 from keras_vit.layers.linear import Linear
+from keras_vit.layers.rope import THETA, rotate, rotation
 from keras_vit.layers.sublayer import run
 
 
@@ -22,13 +23,20 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     kernel is used where it has one (in training on JAX GPUs too). `call(x, return_attention_weights=True)` takes the explicit path instead and also
     returns the `(batch, heads, tokens, tokens)` softmax weights (computed in float32); so
     does attention dropout while training.
+
+    `call(x, rope=coordinates)` rotates the queries and keys of the last patch tokens by
+    their `(1, patches, 2)` coordinates (`keras_vit.layers.rope`, period `rope_theta`) before
+    the attention. `key_bias=False` leaves the keys without bias (DINOv3): the `qkv` bias keeps
+    its `3 * dim` entries, its key part subtracted again (so no gradient reaches it either).
     """
 
-    def __init__(self, num_heads, dropout_rate=0.0, seed=None, **kwargs):
+    def __init__(self, num_heads, dropout_rate=0.0, seed=None, rope_theta=THETA, key_bias=True, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.dropout_rate = float(dropout_rate)
         self.seed = seed
+        self.rope_theta = float(rope_theta)
+        self.key_bias = bool(key_bias)
         self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -49,7 +57,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def _split_heads(self, x):
         batch, tokens = ops.shape(x)[0], ops.shape(x)[1]
         qkv = ops.reshape(run(self.qkv, x), (batch, tokens, 3, self.num_heads, self.head_dim))
-        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        if not self.key_bias:
+            k = k - ops.reshape(ops.cast(self.qkv.bias, k.dtype), (3, self.num_heads, self.head_dim))[1]
+        return q, k, v
 
     def _explicit_attention(self, q, k, v, training):
         scale = ops.cast(self.head_dim**-0.5, q.dtype)
@@ -58,8 +69,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         dropped = run(self.dropout, ops.cast(weights, q.dtype), training=training)
         return ops.einsum("bhqk,bkhd->bqhd", dropped, v), weights
 
-    def call(self, x, training=None, return_attention_weights=False):
+    def call(self, x, rope=None, training=None, return_attention_weights=False):
         q, k, v = self._split_heads(x)
+        if rope is not None:
+            cos, sin = rotation(rope[0], self.head_dim, self.rope_theta)
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         weights = None
         if return_attention_weights or (training and self.dropout_rate > 0):
             context, weights = self._explicit_attention(q, k, v, training)
@@ -78,4 +92,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "num_heads": self.num_heads,
             "dropout_rate": self.dropout_rate,
             "seed": self.seed,
+            "rope_theta": self.rope_theta,
+            "key_bias": self.key_bias,
         }

@@ -8,6 +8,7 @@ from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.mlp import MLPBlock
 from keras_vit.layers.residual import Float32Stream
+from keras_vit.layers.rope import THETA
 from keras_vit.layers.sublayer import run
 from keras_vit.layers.swiglu import SwiGLUBlock
 from keras_vit.model_config import MLPS
@@ -20,6 +21,8 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
 
     `mlp="swiglu"` uses `SwiGLUBlock` instead of the GELU MLP; `layer_scale_init` (a float)
     scales each branch by a learned `LayerScale` (`ls_1`, `ls_2`) starting at that value.
+    `call(x, rope=coordinates)` rotates the patch tokens' queries and keys (`rope_theta`);
+    `key_bias=False` drops the key bias (both `MultiHeadSelfAttention`'s).
 
     LayerNorm runs in float32 under mixed precision (Keras' LayerNormalization upcasts), and
     so does the residual stream `x` (`Float32Stream`).
@@ -37,6 +40,8 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         seed=None,
         mlp="gelu",
         layer_scale_init=None,
+        rope_theta=THETA,
+        key_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -55,7 +60,8 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         policy = self.dtype_policy
         self.ln_1 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln_1", dtype=policy)
         self.attention = MultiHeadSelfAttention(
-            num_heads, attention_dropout_rate, seed=seed, name="attention", dtype=policy
+            num_heads, attention_dropout_rate, seed=seed, rope_theta=rope_theta, key_bias=key_bias, name="attention",
+            dtype=policy,
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=policy)
         self.ln_2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln_2", dtype=policy)
@@ -77,9 +83,10 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
     def _scaled(self, j, y):
         return run(self.scales[j], y) if self.scales else y
 
-    def call(self, x, training=None, return_attention_weights=False):
+    def call(self, x, rope=None, training=None, return_attention_weights=False):
         y = run(
-            self.attention, run(self.ln_1, x), training=training, return_attention_weights=return_attention_weights
+            self.attention, run(self.ln_1, x), rope=rope, training=training,
+            return_attention_weights=return_attention_weights,
         )
         if return_attention_weights:
             y, weights = y
@@ -90,8 +97,8 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         x = ops.add(x, run(self.drop_path, y, training=training))
         return (x, weights) if return_attention_weights else x
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_shape(self, x_shape, rope_shape=None):
+        return x_shape
 
     def get_config(self):
         return {
@@ -106,4 +113,6 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
             "seed": self.seed,
             "mlp": self.mlp_kind,
             "layer_scale_init": self.layer_scale_init,
+            "rope_theta": self.attention.rope_theta,
+            "key_bias": self.attention.key_bias,
         }

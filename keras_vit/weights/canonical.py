@@ -46,7 +46,9 @@ class Metadata:
     what its head reads, "token" (the class token) or "avg" (the mean of the patch tokens);
     `preprocessing`: the scaling its inputs get (a name of `keras_vit.preprocessing`);
     `interpolation`: how its library resizes the position embeddings (a name of
-    `keras_vit.interpolation.INTERPOLATIONS`), where the file says (else its format's)."""
+    `keras_vit.interpolation.INTERPOLATIONS`), where the file says (else its format's).
+    `rope_theta`: the period of its rotary position embeddings (rope models only); `key_bias`:
+    False where its attention keys have no bias (DINOv3)."""
 
     approximate_gelu: Optional[bool] = None
     num_heads: Optional[int] = None
@@ -55,6 +57,8 @@ class Metadata:
     pooling: Optional[str] = None
     preprocessing: Optional[str] = None
     interpolation: Optional[str] = None
+    rope_theta: Optional[float] = None
+    key_bias: Optional[bool] = None
 
 
 def _is_count(value):
@@ -79,6 +83,10 @@ def check_metadata(meta, path):
         problems.append(f"layer_norm_epsilon={eps!r} (expected a finite number > 0)")
     if meta.approximate_gelu is not None and not isinstance(meta.approximate_gelu, bool):
         problems.append(f"approximate_gelu={meta.approximate_gelu!r} (expected true or false)")
+    theta = meta.rope_theta
+    if theta is not None and (isinstance(theta, bool) or not isinstance(theta, numbers.Real)
+                              or not math.isfinite(theta) or theta <= 0):
+        problems.append(f"rope_theta={theta!r} (expected a finite number > 0)")
     if meta.pooling not in (None, "token", "avg"):
         problems.append(f"pooling={meta.pooling!r} (expected 'token' or 'avg')")
     if meta.interpolation is not None and meta.interpolation not in INTERPOLATIONS:
@@ -109,6 +117,8 @@ class Checkpoint:
     pooling: str = None
     preprocessing: str = None
     interpolation: str = None
+    rope_theta: float = None
+    key_bias: bool = None
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None
@@ -153,7 +163,7 @@ class Checkpoint:
 
     @property
     def position_embedding(self):
-        return "learned" if POSEMB in self.tensors else "sincos2d"
+        return "rope" if self.rope_theta else "learned" if POSEMB in self.tensors else "sincos2d"
 
     @property
     def layer_scale(self):
@@ -190,7 +200,7 @@ class Checkpoint:
 
     @property
     def patch_grid(self):
-        if POSEMB not in self.tensors:  # fixed sin-cos embeddings: the file's grid, else 224 px
+        if POSEMB not in self.tensors:  # fixed sin-cos or rotary embeddings: the file's grid, else 224 px
             return tuple(self.grid or (DEFAULT_SIZE // self.patch_size,) * 2)
         rows = self.shape(POSEMB)[1] - self.position_prefix
         try:
@@ -284,6 +294,8 @@ class Checkpoint:
             layer_scale_init=1.0 if self.layer_scale else None,
             mlp=self.mlp,
             fc_norm=self.fc_norm,
+            **({"rope_theta": self.rope_theta} if self.rope_theta else {}),
+            **({"key_bias": False} if self.key_bias is False else {}),
         )
 
 

@@ -38,10 +38,13 @@ def model_checkpoint(model):
     tensors = variables.to_canonical(tensors, encoder.num_heads, f"model {model.name!r}")
     names = [layer.name for layer in model.layers]
     pooling = "map" if "map_head" in names else model.get_layer("pooling").mode if "pooling" in names else None
+    attention = encoder.blocks[0].attention
+    rope = type(model.get_layer("posembed_input")).__name__ == "RopePositionEmbedding"
     return Checkpoint(
         model.name, "keras", tensors, encoder.blocks[0].approximate_gelu, encoder.num_heads, tuple(grid),
         encoder.blocks[0].layer_norm_epsilon, pooling, getattr(model, "preprocessing", None),
         getattr(model.get_layer("posembed_input"), "interpolation", None),
+        attention.rope_theta if rope else None, attention.key_bias,
     )
 
 
@@ -89,8 +92,14 @@ def check_output(path, fmt, overwrite=False, inputs=()):
 
 def _write(fmt, path, ckpt):
     """Writes the canonical `ckpt` as `fmt`, after checking its shapes (no impossible file) and
-    that the disk has room for it (float32); a failed write's error is one line."""
+    that the disk has room for it (float32); a failed write's error is one line. Rotary
+    position embeddings (DINOv3) are refused: no writer records them yet."""
     ckpt.check()
+    if ckpt.position_embedding == "rope" or ckpt.key_bias is False:
+        raise ValueError(
+            f"{ckpt.path}: rotary position embeddings / no key bias (DINOv3) cannot be written as {fmt.name} yet; "
+            "save the model with model.save('x.keras') instead."
+        )
     check_space(path, sum(4 * math.prod(t.shape) for t in ckpt.tensors.values()))
     with one_line_errors(path):
         fmt.write(path, ckpt)

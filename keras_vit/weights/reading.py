@@ -52,7 +52,7 @@ def read_checkpoint(path, num_heads=None):
     tensors = fmt.to_canonical(tensors, heads, what=f"checkpoint {raw.path}")
     ckpt = Checkpoint(
         raw.path, fmt.name, tensors, meta.approximate_gelu, heads, meta.grid, meta.layer_norm_epsilon, meta.pooling,
-        meta.preprocessing, meta.interpolation or fmt.interpolation,
+        meta.preprocessing, meta.interpolation or fmt.interpolation, meta.rope_theta, meta.key_bias,
     )
     ckpt.check()
     return ckpt

@@ -58,7 +58,7 @@ def test_registers_and_distillation_token_are_left_out_of_the_grid(rng):
     [
         (dict(class_token=False, pooling="token"), "pooling='token' reads the class token"),
         (dict(class_token=False, distillation_token=True), "needs the class token"),
-        (dict(position_embedding="rope"), "Unknown position_embedding"),
+        (dict(position_embedding="alibi"), "Unknown position_embedding"),
         (dict(mlp="relu"), "Unknown mlp"),
         (dict(num_registers=-1), "num_registers"),
         (dict(pooling="max"), "Unknown pooling"),

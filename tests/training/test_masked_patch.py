@@ -144,6 +144,12 @@ def test_pretraining_model_shares_the_encoder_weights():
     assert model.output.shape == (None, 16, 512)
 
 
+@pytest.mark.parametrize("options", [dict(position_embedding="rope"), dict(num_registers=2)])
+def test_pretraining_model_rejects_what_it_would_leave_out(options):
+    with pytest.raises(ValueError, match="no register tokens, no position_embedding='rope'"):
+        mp.build_pretraining_model(VisionTransformer(**ARCH, include_top=False, input_shape=(8, 8, 3), **options))
+
+
 def test_pretraining_model_rejects_a_classifier():
     with pytest.raises(ValueError, match="include_top=False and pooling=None"):
         mp.build_pretraining_model(VisionTransformer(**ARCH, input_shape=(8, 8, 3), classes=3))

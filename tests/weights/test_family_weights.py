@@ -28,7 +28,9 @@ PIXELS = np.clip(RNG.normal([124, 116, 104], 60, (16, TINY_IMAGE, TINY_IMAGE, 3)
 
 def test_family_entries_name_their_model_and_preprocessing():
     family = [e for e in registry.entries() if e.variant in FAMILIES or e.name.startswith("deit")]
-    assert {e.variant for e in family} == {*FAMILIES, "ViTTi16", "ViTS16", "ViTB16"}
+    # DINOv3's files are gated (transformers) or in timm's layout, which keras_vit does not read yet.
+    unlisted = {name for name in FAMILIES if name.startswith("DINOv3")}
+    assert {e.variant for e in family} == {*FAMILIES, "ViTTi16", "ViTS16", "ViTB16"} - unlisted
     for e in family:
         args = {**VARIANTS, **FAMILIES}[e.variant]
         assert e.resolution % args["patch_size"] == 0 and e.preprocessing in PREPROCESSING and e.license == "apache-2.0"

@@ -14,6 +14,7 @@ FORMATS = [
     original.FORMAT,
     timm.FORMAT,
     hf_families.DEIT,
+    hf_families.DINOV3,
     hf_families.DINOV2,
     hf_families.SIGLIP,
     hf_families.HF,

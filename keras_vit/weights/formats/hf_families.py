@@ -1,7 +1,7 @@
 """Hugging Face transformers folders of the plain-ViT families beyond the paper's model
 (SPEC section 7): DeiT (`DeiTModel`, `DeiTForImageClassification[WithTeacher]`), DINOv2
-(`Dinov2Model`, `Dinov2WithRegistersModel`) and SigLIP image towers (`SiglipVisionModel`, or
-the `vision_model` of a `SiglipModel`); `config.json` gives the GELU, heads, grid and
+(`Dinov2Model`, `Dinov2WithRegistersModel`), DINOv3 (`DINOv3ViTModel`, read only) and SigLIP
+image towers (`SiglipVisionModel`, or the `vision_model` of a `SiglipModel`); `config.json` gives the GELU, heads, grid and
 LayerNorm epsilon, as for the paper's ViT (`formats.huggingface`).
 
 Written by `export(format="hf")`, whose `write` (`HF`) picks the family from the checkpoint: a
@@ -13,16 +13,20 @@ distillation token makes a DeiT (`DeiTForImageClassificationWithTeacher` with bo
 import dataclasses
 import functools
 
-from keras_vit.weights.canonical import ATTN, DIST, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, QKV, REG, Metadata
+import numpy as np
+
+from keras_vit.weights.canonical import ATTN, DIST, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, POSEMB, QKV, REG, Metadata
 from keras_vit.weights.formats import huggingface
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.formats.common import linear_row, torch_rows
 from keras_vit.weights.formats.huggingface import common_config, hf_config, hf_preprocessor_config, write_folder
 from keras_vit.weights.formats.timm import fused_qkv_from_canonical, fused_qkv_to_canonical
+from keras_vit.weights.lazy import LazyArray, concat
 from keras_vit.weights.table import Row, Table, pairs
 from keras_vit.weights.transforms import heads_to_linear_and_bias, heads_to_out, linear_and_bias_to_heads, out_to_heads
 
 LAYER = "encoder.layer.{i}."
+DINOV3_LAYER = "layer.{i}."
 SIGLIP_LAYER = "encoder.layers.{i}."
 
 
@@ -52,6 +56,18 @@ DINOV2_TABLE = Table(
     )
     + _qkv_rows(LAYER + "attention.attention.{n}.")
     + pairs((LAYER_SCALE[0], LAYER + "layer_scale1.lambda1"), (LAYER_SCALE[1], LAYER + "layer_scale2.lambda1"))
+    + pairs((REG, "embeddings.register_tokens"), optional=True)
+)
+
+DINOV3_TABLE = Table(
+    tuple(row for row in torch_rows(
+        "embeddings.patch_embeddings.", "embeddings.cls_token", "(none)", DINOV3_LAYER + "norm1.",
+        DINOV3_LAYER + "norm2.", DINOV3_LAYER + "attention.o_proj.", DINOV3_LAYER + "mlp.up_proj.",
+        DINOV3_LAYER + "mlp.down_proj.", "norm.", None, None,
+    ) if row.canonical[0].text != POSEMB)
+    + _qkv_rows(DINOV3_LAYER + "attention.{n}_proj.", ("q", "k", "v"))
+    + pairs((LAYER_SCALE[0], DINOV3_LAYER + "layer_scale1.lambda1"),
+            (LAYER_SCALE[1], DINOV3_LAYER + "layer_scale2.lambda1"))
     + pairs((REG, "embeddings.register_tokens"), optional=True)
 )
 
@@ -134,6 +150,44 @@ def prepare_dinov2(raw):
             for k, v in tensors.items()}
 
 
+# `DINOv3ViTConfig` fields keras_vit's blocks have no switch for, with the value they need.
+_DINOV3_FIXED = dict(query_bias=True, key_bias=False, value_bias=True, proj_bias=True, mlp_bias=True)
+
+
+def prepare_dinov3(raw):
+    """Strips `model.` (the encoder's prefix in the model's own state dict; its files have none),
+    leaves out the mask token, gives each block's keys a zero bias (transformers' `key_bias=False`:
+    the model drops it with `key_bias=False`), packs a gated MLP's `gate_proj` and `up_proj` as
+    the SwiGLU layer's `[gate | value]` (`mlp.up_proj`)."""
+    config = _config(raw)
+    for name, wanted in _DINOV3_FIXED.items():
+        if config.get(name, wanted) != wanted:
+            raise ValueError(
+                f"{raw.path}: DINOv3 config {name}={config[name]!r}; keras_vit reads {name}={wanted} only.")
+    if config.get("use_gated_mlp") and config.get("hidden_act", "gelu") != "silu":
+        raise ValueError(
+            f"{raw.path}: a gated MLP with hidden_act={config['hidden_act']!r}; keras_vit's SwiGLU is SiLU-gated.")
+    tensors = _strip(raw, ("model.",), drop=("embeddings.mask_token",))
+    for key in [k for k in tensors if k.endswith(".attention.k_proj.weight")]:
+        zeros = np.zeros(tensors[key].shape[0], np.float32)
+        tensors[key[: -len("weight")] + "bias"] = LazyArray.wrap(zeros, "zero key bias")
+    for key in [k for k in tensors if ".mlp.gate_proj." in k]:
+        up = key.replace(".gate_proj.", ".up_proj.")
+        if up in tensors:  # else the table names the unmatched key
+            tensors[up] = concat([tensors.pop(key), tensors[up]], axis=0)
+    return tensors
+
+
+def metadata_dinov3(raw, tensors):
+    """`metadata`, with the rope period (`rope_theta`, default 100), no key bias and
+    `DINOv3ViTConfig`'s LayerNorm epsilon (1e-5)."""
+    config = _config(raw)
+    gated = any(".mlp.gate_proj." in k for k in raw.tensors)
+    meta = metadata(raw, tensors, preprocessing="dinov3", gelu=not gated)
+    return dataclasses.replace(meta, rope_theta=config.get("rope_theta", 100.0), key_bias=False,
+                               layer_norm_epsilon=config.get("layer_norm_eps", 1e-5))
+
+
 def prepare_siglip(raw):
     """Strips `vision_model.` (leaving out a SiglipModel's text tower), gives the position
     embedding its batch axis."""
@@ -144,10 +198,10 @@ def prepare_siglip(raw):
     return tensors
 
 
-def metadata(raw, tensors, preprocessing=None, hidden_act="gelu"):
+def metadata(raw, tensors, preprocessing=None, hidden_act="gelu", gelu=True):
     """What `config.json` records; `preprocessing`: the family's (`keras_vit.preprocessing`);
     `hidden_act`: the family's GELU where there is no `config.json` or it names none (its
-    config class's default)."""
+    config class's default); `gelu=False`: a model without GELU (a gated SiLU MLP)."""
     config = _config(raw)
     grid = None
     if "image_size" in config and "patch_size" in config:
@@ -155,7 +209,7 @@ def metadata(raw, tensors, preprocessing=None, hidden_act="gelu"):
         size = size if isinstance(size, (list, tuple)) else (size, size)
         grid = tuple(s // config["patch_size"] for s in size)
     return Metadata(
-        approximate_gelu=huggingface.gelu(config, hidden_act),
+        approximate_gelu=huggingface.gelu(config, hidden_act) if gelu else None,
         num_heads=config.get("num_attention_heads"),
         grid=grid,
         layer_norm_epsilon=config.get("layer_norm_eps"),
@@ -180,6 +234,11 @@ DINOV2 = Format(
     name="hf_dinov2", table=DINOV2_TABLE,
     detect=_detector(("dinov2", "dinov2_with_registers"), "layer_scale1.lambda1"),
     prepare=prepare_dinov2, metadata=metadata_dinov2, interpolation="bicubic",
+)
+DINOV3 = Format(
+    name="hf_dinov3", table=DINOV3_TABLE,
+    detect=_detector(("dinov3_vit",), "attention.k_proj.weight"),
+    prepare=prepare_dinov3, metadata=metadata_dinov3,
 )
 SIGLIP = Format(
     name="hf_siglip", table=SIGLIP_TABLE,
