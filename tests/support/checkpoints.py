@@ -125,6 +125,24 @@ def hf_reference_logits(params, images, num_heads, image_size, approximate_gelu=
     return features @ params["head/kernel"] + params["head/bias"]
 
 
+def randomize_family_model(model, seed):
+    """O(1) random weights of a transformers family model (DeiT, DINOv2, SigLIP, ...); norm and
+    LayerScale weights near 1 but far enough from it to matter."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=generator)
+            if p.ndim >= 2 and name.endswith("weight"):
+                p.copy_(noise * p.shape[-1] ** -0.5)
+            elif "norm" in name and name.endswith("weight") or name.endswith("lambda1"):
+                p.copy_(0.6 + 0.2 * noise)
+            else:
+                p.copy_(0.3 * noise)
+    return model.eval()
+
+
 def randomize_hf_model(model, seed=0):
     """Re-draws a transformers ViT's weights with O(1) outputs (its own init is tiny)."""
     import torch

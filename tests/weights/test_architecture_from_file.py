@@ -14,26 +14,13 @@ import pytest
 import keras_vit
 from keras_vit.family_variants import FAMILIES
 from keras_vit.weights import registry
+from tests.support.checkpoints import randomize_family_model
 from tests.support.commands import fails
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 TOLERANCE = 1e-5
-
-
-def _random(model, seed):
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=generator)
-            if p.ndim >= 2 and name.endswith("weight"):
-                p.copy_(noise * p.shape[-1] ** -0.5)
-            elif "norm" in name and name.endswith("weight") or name.endswith("lambda1"):
-                p.copy_(0.6 + 0.2 * noise)
-            else:
-                p.copy_(0.3 * noise)
-    return model.eval()
 
 
 def _weights_only(tmp_path, model, name="model.safetensors"):
@@ -77,7 +64,7 @@ def so400m_like():
     """A SiglipVisionModel of So400m's width and head layout (16 heads of 72), one block."""
     config = transformers.SiglipVisionConfig(hidden_size=1152, num_attention_heads=16, num_hidden_layers=1,
                                              intermediate_size=32, image_size=28, patch_size=14)
-    return _random(transformers.SiglipVisionModel(config), 1)
+    return randomize_family_model(transformers.SiglipVisionModel(config), 1)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +72,7 @@ def narrow_siglip():
     """Width 48 in 4 heads of 12: width / 64 would say 0 (or 1) heads."""
     config = transformers.SiglipVisionConfig(hidden_size=48, num_attention_heads=4, num_hidden_layers=2,
                                              intermediate_size=64, image_size=28, patch_size=14)
-    return _random(transformers.SiglipVisionModel(config), 2)
+    return randomize_family_model(transformers.SiglipVisionModel(config), 2)
 
 
 def test_siglip_so400m_file_without_config_gets_16_heads_and_tanh_gelu(so400m_like, tmp_path):
@@ -141,7 +128,7 @@ def test_named_dinov2_registers_entry_builds_without_num_registers(tmp_path, mon
     config = transformers.Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                                     image_size=28, patch_size=14,
                                                     num_register_tokens=4)
-    reference = _random(transformers.Dinov2WithRegistersModel(config), 3)
+    reference = randomize_family_model(transformers.Dinov2WithRegistersModel(config), 3)
     reference.save_pretrained(tmp_path / "hf")
     timm_file = str(tmp_path / "timm.safetensors")
     keras_vit.weights.convert_checkpoint(str(tmp_path / "hf"), timm_file, format="timm")

@@ -8,6 +8,7 @@ import pytest
 
 import keras_vit
 from keras_vit.weights.containers import write_safetensors
+from tests.support.checkpoints import randomize_family_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -17,21 +18,6 @@ SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, interme
 TOLERANCE = 1e-5
 
 
-def _randomize(model, seed):
-    """O(1) random weights; norm and LayerScale weights near 1 but far enough to matter."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=generator)
-            if p.ndim >= 2 and name.endswith("weight"):
-                p.copy_(noise * p.shape[-1] ** -0.5)
-            elif name.endswith(("norm1.weight", "norm2.weight", "layernorm.weight", "lambda1")) or "norm" in name and name.endswith("weight"):
-                p.copy_(0.6 + 0.2 * noise)
-            else:
-                p.copy_(0.3 * noise)
-    return model.eval()
-
-
 def _run(model, x):
     with torch.no_grad():
         return model(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)))
@@ -39,7 +25,7 @@ def _run(model, x):
 
 def _save(tmp_path_factory, name, model_class, config, seed):
     folder = tmp_path_factory.mktemp(name)
-    model = _randomize(model_class(config), seed)
+    model = randomize_family_model(model_class(config), seed)
     model.save_pretrained(folder)
     return str(folder), model
 
