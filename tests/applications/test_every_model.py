@@ -112,7 +112,8 @@ def test_keras_files_load_here_and_on_another_backend(built, tmp_path):
     for name, (model, batches) in built.items():
         for i, x in enumerate(batches):
             got = np.load(tmp_path / f"{name}-{i}-loaded.npy")
-            np.testing.assert_allclose(got, numpy(model(x)), rtol=1e-4, atol=1e-5,
+            # atol 1e-4: the hybrid's 50 ResNet layers add up float32 rounding another way per backend.
+            np.testing.assert_allclose(got, numpy(model(x)), rtol=1e-4, atol=1e-4,
                                        err_msg=f"{name}: {BACKEND} -> {NEXT_BACKEND}")
 
 
