@@ -208,6 +208,7 @@ def parse_args(argv):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps (compilation included)")
     parser.add_argument("--frameworks", nargs="+", default=None, help="only the rows of these frameworks")
+    parser.add_argument("--variants", nargs="+", default=None, choices=("ViTB16", "ViTL16"), help="only the rows of these variants")
     parser.add_argument("--errors", nargs="*", default=["jax", "torch"], choices=("jax", "torch"),
                         help="backends whose float32 / bf16 error is measured (none: no error rows)")
     parser.add_argument("--error-images", type=int, default=16)
@@ -233,7 +234,8 @@ def waves(args):
     """The waves' rows of `--frameworks`; with `--quick` tiny (B/16 and L/16 rows are one)."""
     seen = set()
     for wave in ROWS:
-        specs = [s for s in wave if args.frameworks is None or s[0] in args.frameworks]
+        specs = [s for s in wave if (args.frameworks is None or s[0] in args.frameworks)
+                 and (args.variants is None or s[1] in args.variants)]
         if args.quick:  # the budget is every row's limit: the GPU's limits do not fit a CPU
             specs = [(f, QUICK["variant"], QUICK["batch"], mode, args.budget) for f, _, _, mode, _ in specs]
         specs = [s for s in specs if s[:4] not in seen and not seen.add(s[:4])]

@@ -138,8 +138,11 @@ class Worker:
         return self.info is not None
 
     def run(self, steps, batch):
-        self.proc.stdin.write(f"run {steps}\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(f"run {steps}\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:  # the worker died after it was ready: its log says why
+            pass
         done = self._receive("done")
         if done is None:
             return False
