@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 from keras_vit.files import atomic_path, regular_file
-from keras_vit.limits import check_shape
+from keras_vit.limits import check_keras_config, check_shape
 from keras_vit.weights.lazy import CRCCheck, FileArray, LazyArray, bfloat16_to_float32
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -406,6 +406,7 @@ def read_keras(path):
         raise ValueError(f"{path}: a damaged .keras file ({error}); get a fresh copy.") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: its config.json holds a {type(config).__name__}, not a JSON object.")
+    check_keras_config(config, path)
     tensors = read_weights_h5(member, where=path)
     return RawCheckpoint(path, "keras", tensors, {"config": config})
 

@@ -123,3 +123,141 @@ def test_family_checkpoints_of_the_right_shapes_convert(tmp_path, family):
     np.savez(tmp_path / "in.npz", **family_params(family, np.random.default_rng(0)))
     convert_checkpoint(tmp_path / "in.npz", tmp_path / "out.npz")
     assert sorted(np.load(tmp_path / "out.npz").files) == sorted(np.load(tmp_path / "in.npz").files)
+
+
+def run_limited(script, limit_gib=8, timeout=300):
+    """`script` in a subprocess under an address-space limit (an allocation of what a hostile
+    file declares raises MemoryError there instead of exhausting the machine) and a time limit
+    (a hang fails the test)."""
+    code = f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({limit_gib * GIB}, {limit_gib * GIB}))\n"
+    return subprocess.run([sys.executable, "-c", code + textwrap.dedent(script)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "KERAS_BACKEND": BACKEND})
+
+
+# A layer of a saved model, a field of its configuration and the hostile value it gets.
+HOSTILE_CONFIGS = {
+    "mlp_dim 1e9": ("Encoder", "mlp_dim", 10**9),
+    "depth 1e5": ("Encoder", "depth", 10**5),
+    "400000^2 input": ("InputLayer", "batch_shape", [None, 400000, 400000, 3]),
+    "50000^2 position grid": ("PositionEmbedding", "grid_size", [50000, 50000]),
+    "1e9 classes": ("Dense", "units", 10**9),
+    "a string width": ("PatchEmbedding", "hidden_dim", "wide"),
+}
+LOADERS = {
+    "load_model": "from keras_vit.run_folder import load_model\nload_model(path)",
+    "from_checkpoint": "import keras_vit\nkeras_vit.from_checkpoint(path)",
+    "export": "from keras_vit.cli import main\nraise SystemExit(main(['export', path, '--output', path + '.onnx', "
+              "'--format', 'onnx']))",
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_models(tmp_path_factory):
+    """A tiny saved model, then one copy per `HOSTILE_CONFIGS` with that field changed."""
+    import keras_vit
+
+    folder = tmp_path_factory.mktemp("hostile")
+    keras_vit.VisionTransformer(**TINY, classes=5, input_shape=(32, 32, 3)).save(folder / "good.keras")
+    paths = {}
+    for case, (layer_class, field, value) in HOSTILE_CONFIGS.items():
+        paths[case] = folder / f"{case.replace(' ', '_').replace('^', '')}.keras"
+        with zipfile.ZipFile(folder / "good.keras") as src, zipfile.ZipFile(paths[case], "w") as dst:
+            for info in src.infolist():
+                data = src.read(info)
+                if info.filename == "config.json":
+                    config = json.loads(data)
+                    for layer in config["config"]["layers"]:
+                        if layer["class_name"] == layer_class:
+                            layer["config"][field] = value
+                    data = json.dumps(config)
+                dst.writestr(info.filename, data)
+    return folder / "good.keras", paths
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+def test_keras_configs_declaring_huge_models_are_refused_before_allocating(hostile_models, loader):
+    """A 175 kB `.keras` whose configuration declares an MLP 10^9 wide, 10^5 blocks or a
+    400000^2 input made load / predict / export allocate it (or build for hours)."""
+    good, paths = hostile_models
+    script = f"""
+        import sys
+        sys.argv = ["keras-vit"]
+        for path in {[*([str(good)] if loader != "export" else []), *(str(p) for p in paths.values())]!r}:
+            try:
+                {LOADERS[loader].replace(chr(10), chr(10) + ' ' * 16)}
+                print("loaded", flush=True)
+            except SystemExit as done:
+                print("exit", done.code, flush=True)
+            except ValueError as error:
+                print("refused", str(error).count(chr(10)), str(error), flush=True)
+    """
+    done = run_limited(script)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("loaded", "exit", "refused"))]
+    if loader != "export":  # the model they were made from loads (its export is tested elsewhere)
+        assert lines[:1] == ["loaded"], done.stdout + done.stderr[-3000:]
+        lines = lines[1:]
+    assert done.returncode == 0 and len(lines) == len(paths), done.stdout + done.stderr[-3000:]
+    assert all(line.startswith(("exit 2", "refused 0")) for line in lines), done.stdout + done.stderr[-3000:]
+    assert "MemoryError" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert not any(os.path.exists(str(p) + ".onnx") for p in paths.values())
+
+
+SCANNED = "Transformer/encoderblock/LayerNorm_0/scale"  # big_vision's scanned layout: a leading layer axis
+
+
+def write_huge(reader, path, key, shape):
+    """A tiny checkpoint, under `reader`'s container, whose tensor `key` declares `shape` and
+    stores nothing (a zero-size shape, or one whose size overflows int64)."""
+    params = original_npz_params(np.random.default_rng(0))
+    if reader == "npz":
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+            for name, value in {**params, key: None}.items():
+                with zf.open(name + ".npy", "w") as f:
+                    if value is None:
+                        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": shape})
+                    else:
+                        np.lib.format.write_array(f, value)
+    elif reader == "safetensors":
+        from safetensors.numpy import save_file
+
+        save_file({**params, key: np.zeros(shape, np.float32)}, path)  # a zero-size shape only
+    elif reader == "torch":
+        import torch
+
+        torch.save({**{k: torch.from_numpy(v) for k, v in params.items()}, key: torch.empty(shape)}, path)
+    else:  # a Keras `.weights.h5`: the variables of layers, each `vars/<position>`
+        with h5py.File(path, "w") as f:
+            for i, (name, value) in enumerate({**params, key: None}.items()):
+                group = f.create_group(f"layers/layer_{i}/vars")
+                group.attrs["name"] = name
+                group.create_dataset("0", **({"shape": shape, "dtype": "f4"} if value is None else {"data": value}))
+    return path
+
+
+HUGE = [
+    ("npz", SCANNED, (2**40, 0)),  # big_vision's scanned layout: 2^40 blocks to split (a hang)
+    ("npz", "embedding/kernel", (2**62, 2**62, 3, 32)),  # a size that overflows int64 (to 0)
+    ("safetensors", SCANNED, (2**40, 0)),
+    ("torch", SCANNED, (2**40, 0)),
+    ("h5", "head/kernel", (0, 2**40)),
+]
+
+
+@pytest.mark.parametrize("reader, key, shape", HUGE, ids=[f"{r}-{k.split('/')[-2]}" for r, k, _ in HUGE])
+def test_files_declaring_huge_tensors_are_refused_by_every_reader(tmp_path, reader, key, shape):
+    """A few kB file whose tensor declares a shape of 2^40 rows, empty, or a size past int64
+    made `convert` hang splitting it into blocks or ask for exabytes; each reader's declared
+    shapes are bounded as they are read (`keras_vit.limits`), before any size is computed."""
+    suffix = {"npz": ".npz", "safetensors": ".safetensors", "torch": ".pth", "h5": ".weights.h5"}[reader]
+    source = write_huge(reader, tmp_path / ("in" + suffix), key, shape)
+    assert source.stat().st_size < 2**20
+    script = f"""
+        import sys
+        sys.argv = ["keras-vit"]
+        from keras_vit.cli import main
+        print("rc", main(["convert", {str(source)!r}, {str(tmp_path / "out.npz")!r}, "--num-heads", "4"]), flush=True)
+    """
+    done = run_limited(script, limit_gib=3, timeout=120)
+    assert "rc 2" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert f"declares shape {shape}" in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "out.npz").exists()
