@@ -261,3 +261,45 @@ def test_files_declaring_huge_tensors_are_refused_by_every_reader(tmp_path, read
     assert "rc 2" in done.stdout, done.stdout + done.stderr[-3000:]
     assert f"declares shape {shape}" in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert not (tmp_path / "out.npz").exists()
+
+
+def write_lora(path, member, declared, stored_bytes, compression):
+    """A `lora.npz` whose `member` declares a float32 array of shape `declared` and holds
+    `stored_bytes` zero bytes (deflated or stored)."""
+    settings = json.dumps({"rank": 2, "alpha": 2.0, "targets": ["qkv"], "num_heads": HEADS, "depth": 2})
+    with zipfile.ZipFile(path, "w", compression) as zf:
+        with zf.open("__settings__.npy", "w") as f:
+            np.lib.format.write_array(f, np.array(settings))
+        with zf.open(member + ".npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": declared})
+            for _ in range(stored_bytes // 2**20):
+                f.write(bytes(2**20))
+    return path
+
+
+LORA_FILES = {  # 64 GiB declared in 4 kB; a deflated member that unpacks 1000-fold
+    "declared": ((2**16, 2**16, 4), 4096, zipfile.ZIP_STORED, "declares a (65536, 65536, 4) array"),
+    "deflated": ((2**12, 2**12), 2**26, zipfile.ZIP_DEFLATED, "declares a (4096, 4096) array"),
+}
+
+
+@pytest.mark.parametrize("case", LORA_FILES)
+@pytest.mark.parametrize("command", ["read", "export"])
+def test_lora_files_declaring_huge_arrays_are_refused_before_reading(tmp_path, case, command):
+    """`lora.read` / `lora.load` and `keras-vit export ADAPTER` read a `lora.npz` with `np.load`,
+    which allocated what a member declared and inflated a deflated one whole; it is read as
+    checkpoints are (`containers.read_npz`: declared sizes against stored, the inflation limit)."""
+    declared, stored, compression, expected = LORA_FILES[case]
+    path = write_lora(tmp_path / "run_lora.npz", "encoder/encoderblock_0/attention/qkv/lora_a", declared, stored,
+                      compression)
+    assert path.stat().st_size < 2**20
+    call = {"read": f"from keras_vit.lora import adapter\nadapter.read({str(path)!r})",
+            "export": f"from keras_vit.cli import main\nraise SystemExit(main(['export', {str(path)!r}, '--format', "
+                      f"'peft', '--output', {str(tmp_path / 'peft')!r}]))"}[command]
+    script = f"import sys\nsys.argv = ['keras-vit']\ntry:\n    {call.replace(chr(10), chr(10) + '    ')}\n" \
+             "except SystemExit as done:\n    print('exit', done.code)\nexcept ValueError as error:\n" \
+             "    print('refused', str(error).count(chr(10)), str(error))\n"
+    done = run_limited(script, limit_gib=8, timeout=120)
+    assert ("refused 0" if command == "read" else "exit 2") in done.stdout, done.stdout + done.stderr[-3000:]
+    assert expected in done.stdout + done.stderr and "Traceback" not in done.stderr, done.stdout + done.stderr[-3000:]
+    assert not (tmp_path / "peft").exists()
