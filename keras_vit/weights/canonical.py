@@ -299,7 +299,7 @@ class Checkpoint:
                 )
         limits.check_model_size(
             self.path, width=width, depth=self.depth, mlp_dim=self.mlp_dim or 0,
-            tokens=(self.shape(POSEMB) or (0, 0))[1], classes=self.classes or 0,
+            tokens=self.shape(POSEMB)[1] if POSEMB in self.tensors else math.prod(self.grid or ()), classes=self.classes or 0,
         )
 
     def architecture(self):
