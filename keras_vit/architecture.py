@@ -7,9 +7,11 @@ configuration shared by the builders (`keras_vit.applications`) and the weights 
 `applications` or `weights`.
 """
 
+import math
+
 import keras
 
-from keras_vit import interpolation as interpolations, matmul_precision
+from keras_vit import interpolation as interpolations, limits, matmul_precision
 from keras_vit.guard import VisionTransformerModel
 from keras_vit.torch_compile import compile_once
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
@@ -71,6 +73,12 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
     A float32 model makes the backend compute float32 products exactly (no TF32; see
     `keras_vit.matmul_precision`).
     """
+    grid = tuple((s or d) // config.stride for s, d in zip(input_shape[:2], default_size))
+    limits.check_model_size(
+        f"model {config.name!r}", width=config.hidden_dim, depth=config.depth, mlp_dim=config.mlp_dim,
+        tokens=grid[0] * grid[1] + config.num_prefix_tokens, classes=config.classes if config.include_top else 0,
+        pixels=math.prod(s or d for s, d in zip(input_shape[:2], default_size)),
+    )
     matmul_precision.exact_float32_for(keras.config.dtype_policy())
     if input_tensor is None:
         images = keras.Input(shape=input_shape, name="images")
@@ -80,7 +88,6 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         images = keras.Input(tensor=input_tensor, shape=input_shape, name="images")
     features = images if config.stem is None else config.stem(images)
     patches = PatchEmbedding(config.patch_size, config.hidden_dim, name="embedding")(features)
-    grid = tuple((s or d) // config.stride for s, d in zip(input_shape[:2], default_size))
     tokens = keras.layers.Reshape((-1, config.hidden_dim), name="flatten")(patches)
     if config.class_token:
         tokens = ClassToken(name="class_token")(tokens)

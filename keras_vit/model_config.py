@@ -19,12 +19,14 @@ from typing import Any, Optional
 
 from keras_vit import fields, interpolation
 from keras_vit.fields import option
+from keras_vit.limits import MAX_DEPTH, MAX_DIMENSION
 from keras_vit.preprocessing import check_name
 from keras_vit.variants import ARCHITECTURE_KEYS
 
 POOLINGS = ("token", "avg", "map")
 POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope")
 MLPS = ("gelu", "swiglu")
+SIZES, DEPTHS = f"[1, {MAX_DIMENSION}]", f"[1, {MAX_DEPTH}]"  # bounded (`keras_vit.limits`)
 ENCODER = "encoder"  # `to=` of the options relayed to `keras_vit.layers.Encoder` (and by it to every block)
 
 ARCHITECTURE, HEAD, REGULARISATION, NUMERICS, TOKENS, MODEL = (
@@ -50,11 +52,11 @@ class ViTConfig:
     weights) resolves them."""
 
     patch_size: int = option(16, "side of the square patches in pixels (paper Table 1)", group=ARCHITECTURE,
-                             interval="[1, inf)")
-    hidden_dim: int = option(768, "width D of every token", group=ARCHITECTURE, interval="[1, inf)")
-    depth: int = option(12, "number of encoder blocks", group=ARCHITECTURE, interval="[1, inf)")
-    num_heads: int = option(12, "attention heads of every block", group=ARCHITECTURE, interval="[1, inf)")
-    mlp_dim: int = option(3072, "hidden width of every block's MLP", group=ARCHITECTURE, interval="[1, inf)")
+                             interval=SIZES)
+    hidden_dim: int = option(768, "width D of every token", group=ARCHITECTURE, interval=SIZES)
+    depth: int = option(12, "number of encoder blocks", group=ARCHITECTURE, interval=DEPTHS)
+    num_heads: int = option(12, "attention heads of every block", group=ARCHITECTURE, interval=SIZES)
+    mlp_dim: int = option(3072, "hidden width of every block's MLP", group=ARCHITECTURE, interval=SIZES)
     include_top: bool = option(
         True, "add the classification head (`pre_logits` if `representation_size`, then a linear `head`)",
         group=HEAD)
@@ -63,12 +65,12 @@ class ViTConfig:
         "or None: with include_top=False None returns the whole (batch, prefix + patches, hidden_dim) sequence; "
         "with include_top=True it picks the head's input (default: the class token if any, else the mean)",
         group=HEAD, choices=POOLINGS)
-    classes: int = option(1000, "number of classes of the head", group=HEAD, interval="[1, inf)")
+    classes: int = option(1000, "number of classes of the head", group=HEAD, interval=SIZES)
     classifier_activation: Any = option(
         "softmax", "activation of the head's output (a Keras activation name or a callable); None returns logits",
         group=HEAD)
     representation_size: Optional[int] = option(
-        None, "width of the tanh `pre_logits` layer of pre-training, or None", group=HEAD, interval="[1, inf)")
+        None, "width of the tanh `pre_logits` layer of pre-training, or None", group=HEAD, interval=SIZES)
     dropout_rate: float = option(0.0, "dropout after the embeddings, attention and MLP", group=REGULARISATION,
                                  interval="[0, 1)", to=ENCODER)
     attention_dropout_rate: float = option(0.0, "dropout of the attention weights", group=REGULARISATION,
@@ -95,7 +97,7 @@ class ViTConfig:
         "distilled); None: the same as `distillation_token`", group=TOKENS)
     num_registers: Optional[int] = option(
         None, "register tokens (DINOv2) after those, without position embedding; None: the checkpoint's own "
-        "(DINOv2's `reg4` files: 4), else 0", group=TOKENS, interval="[0, inf)")
+        "(DINOv2's `reg4` files: 4), else 0", group=TOKENS, interval=f"[0, {MAX_DIMENSION}]")
     position_embedding: str = option(
         "learned", "'learned', the fixed 2-D 'sincos2d' (big_vision) or DINOv3's 2-D rotary 'rope' of the patch "
         "tokens' queries and keys", group=TOKENS, choices=POSITION_EMBEDDINGS)

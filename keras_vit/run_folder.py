@@ -27,6 +27,7 @@ import os
 import socket
 
 from keras_vit import files
+from keras_vit.limits import check_keras_config
 
 CONFIG = "config.json"
 CLASSES = "classes.json"
@@ -186,8 +187,8 @@ def metadata(model_path):
 
 def load_keras_file(file):
     """`keras.saving.load_model(file)`, with a damaged file (zip CRC, truncation), one that is
-    not a regular file, or one naming classes that are not registered refused in one line
-    (ValueError)."""
+    not a regular file, one naming classes that are not registered, or one declaring sizes
+    past `keras_vit.limits` refused in one line (ValueError)."""
     import zipfile
     import zlib
 
@@ -197,6 +198,9 @@ def load_keras_file(file):
 
     files.regular_file(file, "as a Keras model")
     try:
+        if zipfile.is_zipfile(file):  # the sizes it declares, checked before Keras allocates them
+            with zipfile.ZipFile(file) as archive:
+                check_keras_config(json.loads(archive.read("config.json")), file)
         return keras.saving.load_model(file)
     except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, TypeError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -30,6 +30,7 @@ import numpy as np
 from keras_vit.files import atomic_path, regular_file
 from keras_vit.layers.linear import Linear
 from keras_vit.lora.targets import LORA_TARGETS, parse_lora_targets as parse_targets
+from keras_vit.weights.containers import read_npz
 
 # Projection name (`config.LORA_TARGETS`) -> the `Linear` layers of each encoder block it covers.
 TARGETS = dict(zip(LORA_TARGETS, (("qkv",), ("out",), ("dense_0", "dense_1"))))
@@ -115,10 +116,10 @@ def read(path):
         return lora_layouts.read_peft(path)
     if path.endswith(lora_layouts.KERASHUB_SUFFIX):
         return lora_layouts.read_kerashub(path)
-    try:
-        with np.load(regular_file(path, "as LoRA matrices")) as stored:
-            settings = json.loads(str(stored["__settings__"]))
-            arrays = {key: stored[key] for key in stored.files if key != "__settings__"}
+    try:  # as checkpoints are read: declared sizes bounded, members inflated within the limit, CRC checked
+        stored = read_npz(regular_file(path, "as LoRA matrices"))
+        settings = json.loads(str(stored.pop("__settings__").load()))
+        arrays = {key: tensor.load() for key, tensor in stored.items()}
     except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
         raise ValueError(f"{path} is not a LoRA file written by keras_vit.lora.adapter.save, a PEFT adapter folder "
                          f"or a KerasHub .lora.h5 file ({error}).") from None

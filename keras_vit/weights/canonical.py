@@ -7,6 +7,7 @@ import math
 import numbers
 from typing import Optional
 
+from keras_vit import limits
 from keras_vit.interpolation import INTERPOLATIONS
 from keras_vit.patch_grid import grid_size_of
 from keras_vit.variants import VARIANTS
@@ -229,27 +230,48 @@ class Checkpoint:
         width, heads, mlp = self.hidden_dim, self.num_heads, self.mlp_dim
         logits_in = self.representation_size or width
         hidden = 2 * mlp if self.mlp == "swiglu" else mlp  # SwiGLU packs gate and value in Dense_0
-        shapes = {"cls": (1, 1, width), "embedding/bias": (width,)}
+        shapes = {"cls": (1, 1, width), DIST: (1, 1, width), "embedding/bias": (width,)}
+        if REG in self.tensors:
+            shapes[REG] = (1, self.num_registers, width)
         shapes.update({key: (width,) for key in ("Transformer/encoder_norm/scale", "Transformer/encoder_norm/bias", *FC_NORM)})
-        for i in range(self.depth):
-            block, attn, mlp_block = BLOCK.format(i=i), ATTN.format(i=i), MLP.format(i=i)
-            for norm in ("LayerNorm_0/", "LayerNorm_2/"):
-                shapes.update({block + norm + "scale": (width,), block + norm + "bias": (width,)})
+
+        def attention(attn):
             for name in QKV:
                 shapes.update({attn + name + "/kernel": (width, heads, width // heads), attn + name + "/bias": (heads, width // heads)})
             shapes.update({attn + "out/kernel": (heads, width // heads, width), attn + "out/bias": (width,)})
+
+        for i in range(self.depth):
+            block, mlp_block = BLOCK.format(i=i), MLP.format(i=i)
+            for norm in ("LayerNorm_0/", "LayerNorm_2/"):
+                shapes.update({block + norm + "scale": (width,), block + norm + "bias": (width,)})
+            shapes.update({key.format(i=i): (width,) for key in LAYER_SCALE})
+            attention(ATTN.format(i=i))
             shapes.update({mlp_block + "Dense_0/kernel": (width, hidden), mlp_block + "Dense_0/bias": (hidden,)})
             shapes.update({mlp_block + "Dense_1/kernel": (mlp, width), mlp_block + "Dense_1/bias": (width,)})
+        attention(MAP_ATTN)  # the MAP head: a probe token, attention, LayerNorm and a GELU MLP of the blocks' width
+        shapes.update({MAP + "probe": (1, 1, width), MAP + "LayerNorm_0/scale": (width,), MAP + "LayerNorm_0/bias": (width,)})
+        shapes.update({MAP + "MlpBlock_0/Dense_0/kernel": (width, mlp), MAP + "MlpBlock_0/Dense_0/bias": (mlp,),
+                       MAP + "MlpBlock_0/Dense_1/kernel": (mlp, width), MAP + "MlpBlock_0/Dense_1/bias": (width,)})
         if self.representation_size:
             shapes.update({"pre_logits/kernel": (width, self.representation_size), "pre_logits/bias": (self.representation_size,)})
         if self.classes:
-            shapes.update({"head/kernel": (logits_in, self.classes), "head/bias": (self.classes,)})
+            for kernel, bias in (HEAD, HEAD_DIST):
+                shapes.update({kernel: (logits_in, self.classes), bias: (self.classes,)})
         return shapes
 
     def check(self):
         """Raises ValueError (one line) unless every tensor has the shape the architecture
         gives it and the recorded grid fits the position embeddings; reads no tensor data,
-        so a file declaring impossible or inflated sizes is refused before it is read."""
+        so a file declaring impossible or inflated sizes is refused before it is read. Every
+        format's reader hands its tensors to the builder and the writers through here: each
+        tensor real floating point and not empty, each shape the one the architecture of the
+        patch embedding, heads and MLP gives it, the model within `keras_vit.limits`."""
+        for key, tensor in self.tensors.items():
+            if tensor.dtype.kind != "f" or not all(tensor.shape):
+                raise ValueError(
+                    f"{self.path}: tensor {key!r} ({tensor.source}) is {tensor.dtype} of shape {tensor.shape}; "
+                    "accepted: non-empty float16, bfloat16, float32 or float64 weights."
+                )
         if "embedding/kernel" not in self.tensors:
             raise ValueError(f"{self.path}: no 'embedding/kernel' tensor; keras_vit's ViT needs one.")
         kernel = self.shape("embedding/kernel")
@@ -257,9 +279,8 @@ class Checkpoint:
             raise ValueError(f"{self.path}: patch embedding kernel of shape {kernel}; expected (patch, patch, channels, width).")
         width = kernel[-1]
         check_heads(self.num_heads, width, self.path)
-        for key in ("cls", DIST):
-            if key in self.tensors and tuple(self.shape(key)) != (1, 1, width):
-                raise ValueError(f"{self.path}: token {key!r} of shape {self.shape(key)}; expected (1, 1, {width}).")
+        if REG in self.tensors and (len(self.shape(REG)) != 3 or self.shape(REG)[0] != 1):
+            raise ValueError(f"{self.path}: register tokens of shape {self.shape(REG)}; expected (1, registers, {width}).")
         if POSEMB in self.tensors:
             posemb, prefix = self.shape(POSEMB), self.position_prefix
             if len(posemb) != 3 or posemb[0] != 1 or posemb[2] != width or posemb[1] <= prefix:
@@ -276,6 +297,10 @@ class Checkpoint:
                     f"{self.path}: tensor {key!r} has shape {tuple(found)}; the architecture it declares "
                     f"(width {width}, {self.num_heads} heads, MLP width {self.mlp_dim}) needs {tuple(expected)}."
                 )
+        limits.check_model_size(
+            self.path, width=width, depth=self.depth, mlp_dim=self.mlp_dim or 0,
+            tokens=self.shape(POSEMB)[1] if POSEMB in self.tensors else math.prod(self.grid or ()), classes=self.classes or 0,
+        )
 
     def architecture(self):
         """The `VisionTransformer` arguments that rebuild this checkpoint's model."""

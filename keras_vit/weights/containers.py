@@ -11,6 +11,7 @@ bfloat16 tensors load as float32. Nothing here imports Keras.
 
 import dataclasses
 import json
+import math
 import os
 import pickle
 import shutil
@@ -23,6 +24,7 @@ import h5py
 import numpy as np
 
 from keras_vit.files import atomic_path, regular_file
+from keras_vit.limits import check_keras_config, check_shape
 from keras_vit.weights.lazy import CRCCheck, FileArray, LazyArray, bfloat16_to_float32
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -163,7 +165,8 @@ def _npz_member(zf, path, info):
         shape, fortran, dtype = read_header(f)
         header_len = f.tell()
     source = f"{name!r} in {path}"
-    declared = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    check_shape(shape, source, allow_empty=True)
+    declared = math.prod(shape) * dtype.itemsize
     if declared > info.file_size - header_len or info.file_size > _inflation_limit(info.compress_size):
         raise ValueError(
             f"{source}: declares a {shape} array ({declared} bytes) in a member of {info.file_size} bytes, "
@@ -403,6 +406,7 @@ def read_keras(path):
         raise ValueError(f"{path}: a damaged .keras file ({error}); get a fresh copy.") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: its config.json holds a {type(config).__name__}, not a JSON object.")
+    check_keras_config(config, path)
     tensors = read_weights_h5(member, where=path)
     return RawCheckpoint(path, "keras", tensors, {"config": config})
 

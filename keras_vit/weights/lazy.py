@@ -10,6 +10,8 @@ import zlib
 import ml_dtypes
 import numpy as np
 
+from keras_vit.limits import check_shape
+
 
 def bfloat16_to_float32(raw):
     """bfloat16 values stored as any 2-byte dtype -> float32."""
@@ -18,9 +20,12 @@ def bfloat16_to_float32(raw):
 
 class LazyArray:
     """`shape`, `dtype` (of the loaded values) and `source` (where it comes from, for error
-    messages); `load()` returns a NumPy array."""
+    messages); `load()` returns a NumPy array. Every reader declares its tensors as these, so
+    every declared shape is bounded here (`keras_vit.limits.check_shape`), before any size is
+    computed from it."""
 
     def __init__(self, shape, dtype, loader, source):
+        check_shape(tuple(shape), source, allow_empty=True)
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self._loader = loader

@@ -101,7 +101,12 @@ def test_input_tensor_is_used():
         (dict(input_shape=(32, 32)), ["input_shape", "(height, width, channels)"]),
         (dict(pooling="max"), ["pooling", "'max'", "token", "avg"]),
         (dict(classifier_activation="softmaxx"), ["classifier_activation", "softmaxx", "softmax"]),
-        (dict(classes=0), ["classes", "[1, inf)"]),
+        (dict(classes=0), ["classes", "[1, 262144]"]),
+        # sizes that would exhaust memory (keras_vit.limits), refused before anything is built
+        (dict(mlp_dim=10**9), ["mlp_dim=1000000000", "[1, 262144]"]),
+        (dict(depth=10**5), ["depth=100000", "[1, 1024]"]),
+        (dict(input_shape=(400000, 400000, 3)), ["160000000000 pixels", "16384 x 16384"]),
+        (dict(hidden_dim=2**16, num_heads=2**10, mlp_dim=2**18, depth=2**10), ["weights (accepted: up to 34359738368)"]),
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs, words):

@@ -111,7 +111,7 @@ def test_truncated_image_with_on_corrupt_error(tmp_path, capsys, rng):
 
 
 def test_zero_patch_size(tmp_path, capsys):
-    with pytest.raises(ValueError, match=re.escape("patch_size=0 must be in [1, inf).")):
+    with pytest.raises(ValueError, match=re.escape("patch_size=0 must be in [1, 262144].")):
         keras_vit.VisionTransformer(**{**SMALL, "patch_size": 0})
     fails(["train", "--patch-size", "0", "--output-dir", tmp_path / "run"], capsys, "patch_size=0")
 

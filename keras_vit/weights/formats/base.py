@@ -15,6 +15,11 @@ The callables:
   (GELU flavour, heads, grid, LayerNorm epsilon); `tensors` are `prepare`'s. None: nothing.
 - `write(path, checkpoint)`: writes a canonical `Checkpoint` at `path` (a file, or a folder
   when `folder`), atomically; `path` is free (the caller checked). None: read-only format.
+
+A format validates nothing itself: every declared shape is bounded where its container
+declares it (`LazyArray`, `keras_vit.limits`), its metadata checked by `check_metadata`, and
+its canonical tensors' dtypes and shapes against the architecture by `Checkpoint.check`, all
+in `reading.read_checkpoint`, before the builder or a writer gets them.
 """
 
 import dataclasses
