@@ -289,6 +289,9 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     check_output(fmt, output, model_path, overwrite)
     if model_path is not None:
         model = load_keras_file(model_path)
+    if isinstance(model.input, dict) and "mask" in model.input:
+        raise ValueError(f"Model {model.name!r} takes NaFlex inputs, which the {fmt} export does not trace yet; "
+                         "save it with model.save('x.keras') instead.")
     if quantize is not None:
         from keras_vit.inference.quantization import quantized_copy
 

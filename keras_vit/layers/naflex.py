@@ -69,6 +69,7 @@ class NaFlexPositionEmbedding(Float32Stream, keras.layers.Layer):
     in float32; the padding positions get the resized table's first row, as there."""
 
     interpolation = NAFLEX_INTERPOLATION
+    num_prefix_tokens = 0
 
     def __init__(self, grid_size, **kwargs):
         super().__init__(**kwargs)

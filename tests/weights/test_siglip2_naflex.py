@@ -120,3 +120,31 @@ def test_naflex_options_are_checked():
         naflex_inputs([np.zeros((8, 8, 3))], patch_size=4, max_num_patches=0)
     with pytest.raises(ValueError, match=r"Image 0 has shape \(8, 8\)"):
         naflex_inputs([np.zeros((8, 8))], patch_size=4)
+
+
+def test_features_predict_and_export_take_naflex_inputs(folder, tmp_path):
+    from keras_vit.inference.predict import predict
+
+    path, reference = folder
+    model = keras_vit.from_checkpoint(str(path), include_top=True, classes=3, classifier_activation=None)
+    inputs = naflex_inputs(_images(), model, max_num_patches=40)
+    expected = _reference(reference, inputs)
+    valid = inputs["mask"].astype(bool)
+    last = keras_vit.features(model, inputs, layers=-1, norm=True, batch_size=3)
+    np.testing.assert_allclose(last[valid], expected.last_hidden_state.numpy()[valid], atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(model.predict(inputs, verbose=0), keras.ops.convert_to_numpy(model(inputs)),
+                               atol=TOLERANCE, rtol=0)
+    files = []
+    for i, image in enumerate(_images()[:2]):
+        files.append(str(tmp_path / f"{i}.png"))
+        keras.utils.save_img(files[-1], image.astype(np.uint8))
+    assert [len(classes) for classes in predict(model, files, top=2)] == [2, 2]
+    with pytest.raises(ValueError, match="grid=True needs one patch grid per batch"):
+        keras_vit.features(model, inputs, grid=True)
+    with pytest.raises(ValueError, match=r"a NaFlex model \(SigLIP 2\) cannot be written as hf yet"):
+        keras_vit.weights.export(model, tmp_path / "out", format="hf")
+    from keras_vit.inference.serving import export
+
+    with pytest.raises(ValueError, match="takes NaFlex inputs, which the onnx export does not trace yet"):
+        export(model, "onnx", str(tmp_path / "model.onnx"), verify_outputs=False)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "model.onnx").exists()
