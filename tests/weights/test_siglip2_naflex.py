@@ -148,3 +148,14 @@ def test_features_predict_and_export_take_naflex_inputs(folder, tmp_path):
     with pytest.raises(ValueError, match="takes NaFlex inputs, which the onnx export does not trace yet"):
         export(model, "onnx", str(tmp_path / "model.onnx"), verify_outputs=False)
     assert not (tmp_path / "out").exists() and not (tmp_path / "model.onnx").exists()
+
+
+def test_the_image_tower_of_a_siglip2_model_folder(tmp_path):
+    vision = {key: TINY[key] for key in TINY}
+    text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=50)
+    pair = transformers.Siglip2Model(transformers.Siglip2Config(vision_config=vision, text_config=text))
+    randomize_family_model(pair, 4).save_pretrained(tmp_path)
+    model = keras_vit.from_checkpoint(str(tmp_path))
+    inputs = naflex_inputs(_images(), model, max_num_patches=40)
+    expected = _reference(pair.vision_model, inputs).pooler_output.numpy()
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(inputs)), expected, atol=TOLERANCE, rtol=0)
