@@ -40,7 +40,10 @@ def encoder_layer(model):
 
 def is_naflex(model):
     """Whether `model` takes NaFlex inputs (`naflex=True`: patches, spatial shapes, mask)."""
-    return isinstance(model.input, dict) and "mask" in model.input
+    try:
+        return type(model.get_layer("posembed_input")).__name__ == "NaFlexPositionEmbedding"
+    except ValueError:  # not a keras_vit model: the callers say so
+        return False
 
 
 def encoder_inputs(model):
