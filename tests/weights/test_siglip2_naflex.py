@@ -159,3 +159,15 @@ def test_the_image_tower_of_a_siglip2_model_folder(tmp_path):
     inputs = naflex_inputs(_images(), model, max_num_patches=40)
     expected = _reference(pair.vision_model, inputs).pooler_output.numpy()
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model(inputs)), expected, atol=TOLERANCE, rtol=0)
+
+
+def test_a_naflex_model_saves_and_loads(tmp_path):
+    model = keras_vit.VisionTransformer(patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32,
+                                        class_token=False, include_top=False, pooling="map", naflex=True,
+                                        input_shape=(16, 16, 3))
+    inputs = naflex_inputs(_images(), model, max_num_patches=24)
+    model.save(tmp_path / "naflex.keras")
+    loaded = keras.saving.load_model(tmp_path / "naflex.keras")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(inputs)), keras.ops.convert_to_numpy(model(inputs)),
+                               atol=1e-6, rtol=0)
+    assert loaded.preprocessing == model.preprocessing
