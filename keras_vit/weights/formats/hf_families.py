@@ -226,7 +226,8 @@ def _is_siglip2(raw):
 def metadata_siglip2(raw, tensors):
     """`metadata` of a NaFlex model: the square grid of `num_patches` position embeddings."""
     meta = metadata(raw, tensors, preprocessing="siglip2", hidden_act="gelu_pytorch_tanh")
-    rows = tensors["embeddings.position_embedding.weight"].shape[1] if "embeddings.position_embedding.weight" in tensors else 0
+    posemb = tensors.get("embeddings.position_embedding.weight")
+    rows = posemb.shape[1] if posemb is not None else 0
     side = math.isqrt(rows)
     if side * side != rows:
         raise ValueError(f"{raw.path}: {rows} position embeddings do not form the square grid SigLIP 2 resizes.")
