@@ -22,6 +22,7 @@ _EXPORTS = {
     "features": "keras_vit.inspect.features",
     "feature_extractor": "keras_vit.inspect.features",
     "from_checkpoint": "keras_vit.applications.from_checkpoint",
+    "naflex_inputs": "keras_vit.naflex",
     **dict.fromkeys(FAMILIES, "keras_vit.applications"),
     **{
         name: "keras_vit.applications"

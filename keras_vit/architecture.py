@@ -17,6 +17,7 @@ from keras_vit.torch_compile import compile_once
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
 from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.layers.map_head import MAPHead
+from keras_vit.layers.naflex import NaFlexPatchEmbedding, NaFlexPositionEmbedding
 from keras_vit.layers.rope import RopePositionEmbedding
 from keras_vit.layers.sincos_position_embedding import SinCosPositionEmbedding
 from keras_vit.model_config import ENCODER, ViTConfig  # noqa: F401  (part of this module's interface)
@@ -52,8 +53,10 @@ def image_shape(input_shape, input_tensor, stride, need_rgb):
     return input_shape
 
 
-def _pool(config, tokens):
-    """The `(batch, hidden_dim)` features the head reads (`config.head_pooling`)."""
+def _pool(config, tokens, valid=None):
+    """The `(batch, hidden_dim)` features the head reads (`config.head_pooling`), of the tokens
+    `valid` marks (NaFlex) or all."""
+    masked = {} if valid is None else {"valid": valid}
     if config.head_pooling == "map":
         return MAPHead(
             config.num_heads,
@@ -61,8 +64,21 @@ def _pool(config, tokens):
             approximate_gelu=config.approximate_gelu,
             layer_norm_epsilon=config.layer_norm_epsilon,
             name="map_head",
-        )(tokens)
-    return TokenPooling(config.head_pooling, config.num_prefix_tokens, name="pooling")(tokens)
+        )(tokens, **masked)
+    return TokenPooling(config.head_pooling, config.num_prefix_tokens, name="pooling")(tokens, **masked)
+
+
+def _naflex_tokens(config, input_shape, grid):
+    """The NaFlex inputs (`keras_vit.layers.naflex`) and their position-embedded tokens."""
+    p, channels = config.patch_size, input_shape[-1]
+    inputs = {
+        "patches": keras.Input(shape=(None, p * p * channels), name="patches"),
+        "spatial_shapes": keras.Input(shape=(2,), dtype="int32", name="spatial_shapes"),
+        "mask": keras.Input(shape=(None,), dtype="int32", name="mask"),
+    }
+    tokens = NaFlexPatchEmbedding(p, config.hidden_dim, channels, name="embedding")(inputs["patches"])
+    tokens = NaFlexPositionEmbedding(grid, name="posembed_input")(tokens, inputs["spatial_shapes"])
+    return inputs, tokens
 
 
 def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SIZE, DEFAULT_SIZE)):
@@ -80,6 +96,9 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         pixels=math.prod(s or d for s, d in zip(input_shape[:2], default_size)),
     )
     matmul_precision.exact_float32_for(keras.config.dtype_policy())
+    grid = tuple((s or d) // config.stride for s, d in zip(input_shape[:2], default_size))
+    if config.naflex:
+        return _naflex_model(config, input_shape, grid)
     if input_tensor is None:
         images = keras.Input(shape=input_shape, name="images")
     elif keras.backend.is_keras_tensor(input_tensor):
@@ -104,14 +123,26 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         tokens = position(grid, num_prefix_tokens=config.position_prefix, name="posembed_input", **resize)(tokens, patches)
     if config.num_registers:
         tokens = LearnedTokens(config.num_registers, offset=config.position_prefix, name="registers")(tokens)
+    inputs = keras.utils.get_source_inputs(images) if input_tensor is not None else images
+    return _finish(config, inputs, tokens, rope)
+
+
+def _naflex_model(config, input_shape, grid):
+    inputs, tokens = _naflex_tokens(config, input_shape, grid)
+    return _finish(config, inputs, tokens, {"valid": inputs["mask"]})
+
+
+def _finish(config, inputs, tokens, encoder_inputs):
+    """The model from the embedded `tokens` on: encoder (given `encoder_inputs`: rope
+    coordinates or the NaFlex mask), pooling and head."""
     tokens = keras.layers.Dropout(config.dropout_rate, seed=config.seed, name="dropout", dtype="float32")(tokens)
     tokens = Encoder(
         config.depth, config.num_heads, config.mlp_dim, **config.relayed(ENCODER), final_norm=not config.fc_norm,
         name="encoder",
-    )(tokens, **rope)
+    )(tokens, **encoder_inputs)
     outputs = tokens
     if config.include_top or config.pooling is not None:
-        outputs = _pool(config, tokens)
+        outputs = _pool(config, tokens, encoder_inputs.get("valid"))
         if config.fc_norm:
             outputs = keras.layers.LayerNormalization(
                 epsilon=config.layer_norm_epsilon, name="fc_norm")(outputs)
@@ -126,7 +157,6 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         outputs = keras.layers.Activation(
             config.classifier_activation or "linear", dtype="float32", name="predictions"
         )(outputs)
-    inputs = keras.utils.get_source_inputs(images) if input_tensor is not None else images
     model = VisionTransformerModel(inputs, outputs, name=config.name)
     model.preprocessing = config.preprocessing or DEFAULT_PREPROCESSING
     return compile_once(model)

@@ -35,4 +35,9 @@ FAMILIES = {
     # SigLIP image towers (Zhai et al., 2023): no class token, MAP head, tanh GELU.
     "SigLIPB16": dict(_SIGLIP, patch_size=16, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
     "SigLIPSo400m14": dict(_SIGLIP, patch_size=14, hidden_dim=1152, depth=27, num_heads=16, mlp_dim=4304),
+    # The shapes SigLIP 2 (Tschannen et al., 2025) adds, same block and head: L/16, So400m/16, g/16 (giant-opt).
+    "SigLIPL16": dict(_SIGLIP, patch_size=16, hidden_dim=1024, depth=24, num_heads=16, mlp_dim=4096, input_size=256),
+    "SigLIPSo400m16": dict(_SIGLIP, patch_size=16, hidden_dim=1152, depth=27, num_heads=16, mlp_dim=4304,
+                           input_size=256),
+    "SigLIPG16": dict(_SIGLIP, patch_size=16, hidden_dim=1536, depth=40, num_heads=16, mlp_dim=6144, input_size=256),
 }

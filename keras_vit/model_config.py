@@ -117,6 +117,11 @@ class ViTConfig:
         "name of `keras_vit.interpolation.INTERPOLATIONS` ('bilinear': the original code's, 'bicubic_antialias': "
         "timm's, 'bicubic': transformers', 'bilinear_antialias': big_vision FlexiViT's); None: the checkpoint's own "
         "library's, else 'bilinear'", group=TOKENS, check=interpolation.check)
+    naflex: bool = option(
+        False, "NaFlex input (SigLIP 2): instead of images, `{'patches', 'spatial_shapes', 'mask'}` of images at their "
+        "own aspect ratio under one patch budget (`keras_vit.naflex_inputs`), the position table resized per image, "
+        "the padding masked out of attention and pooling; input_shape's height and width size the table",
+        group=TOKENS)
     layer_scale_init: Optional[float] = option(
         None, "initial LayerScale of every residual branch (DeiT III, DINOv2); None: no LayerScale",
         group=MODEL, to=ENCODER)
@@ -151,6 +156,10 @@ class ViTConfig:
             problem = "fc_norm=True normalises the pooled features; the MAP head has its own LayerNorm: use 'avg' or 'token'."
         elif self.distillation_head and self.head_pooling != "token":
             problem = "distillation_head=True averages the class token's head with the distillation token's; use pooling='token'."
+        elif self.naflex and (self.class_token or self.position_embedding != "learned" or self.stem is not None
+                              or self.num_registers):
+            problem = ("naflex=True takes patch tokens only, with learned position embeddings: use class_token=False, "
+                       "position_embedding='learned', no registers and no stem.")
         if problem:
             raise ValueError(problem)
 

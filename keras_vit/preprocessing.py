@@ -47,6 +47,8 @@ PREPROCESSING = {
     "dinov3": Preprocessing(IMAGENET_MEAN, IMAGENET_STD, "bilinear", 1.0),
     # SigLIP (transformers SiglipImageProcessor: mean / std 0.5, bicubic resize to the square).
     "siglip": Preprocessing(HALF, HALF, "bicubic", 1.0),
+    # SigLIP 2 NaFlex (transformers Siglip2ImageProcessor: mean / std 0.5, bilinear resize to the patch budget).
+    "siglip2": Preprocessing(HALF, HALF, "bilinear", 1.0),
 }
 DEFAULT = "vit"
 

@@ -102,7 +102,7 @@ def test_no_import_cycles():
 # lazily, stands above them all).
 FLOORS = (
     ("fields", "files", "lazy_imports", "limits", "matmul_precision", "patch_grid", "preprocessing", "family_variants",
-     "interpolation", "torch_compile", "images", "heads"),
+     "interpolation", "torch_compile", "images", "heads", "naflex"),
     ("variants", "guard", "imagenet", "model_config"),
     ("layers",),
     ("architecture",),

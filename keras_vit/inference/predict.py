@@ -10,15 +10,30 @@ from keras_vit.preprocessing import preprocessing as preprocessing_of
 from keras_vit.run_folder import load_model
 from keras_vit.evaluation.classification import square_size
 from keras_vit.heads import ends_with_softmax
+from keras_vit.inspect.model_parts import is_naflex, position_layer
+from keras_vit.naflex import naflex_inputs
 
 
 
-def _crop(path, image_size, crop_fraction, interpolation):
+def _read(path, prepare=lambda pixels: pixels):
     try:
-        return images.center_crop(images.read_image(path), image_size, crop_fraction, interpolation)
+        return prepare(images.read_image(path))
     except ValueError as error:
         message = str(error)
         raise ValueError(message if message.startswith(str(path)) else f"{path}: {message}") from None
+
+
+def _crop(path, image_size, crop_fraction, interpolation):
+    return _read(path, lambda pixels: images.center_crop(pixels, image_size, crop_fraction, interpolation))
+
+
+def _batch(model, paths, size, crop_fraction):
+    """The model's input for image files: a centred square, or NaFlex's patches of the whole image
+    under the patch budget of the model's position table."""
+    if is_naflex(model):
+        budget = int(np.prod(position_layer(model).grid_size))
+        return naflex_inputs([_read(path) for path in paths], model, max_num_patches=budget)
+    return load_images(paths, size, crop_fraction, preprocessing=model)
 
 
 def load_images(paths, image_size, crop_fraction=1.0, preprocessing=None):
@@ -42,11 +57,12 @@ PREDICT_BATCH = 32
 
 def predict(model, paths, *, class_names=None, top=5, crop_fraction=1.0, batch_size=PREDICT_BATCH):
     """For each image file, the `top` classes (all of them at most) as `(index, name, probability)`,
-    decoding and running `batch_size` images at a time, scaled by the model's preprocessing."""
+    decoding and running `batch_size` images at a time, scaled by the model's preprocessing (a
+    NaFlex model's: each whole image at its aspect ratio, `crop_fraction` unused)."""
     check_top(top)
-    size, results = square_size(model), []
+    size, results = None if is_naflex(model) else square_size(model), []
     for start in range(0, len(paths), batch_size):
-        batch = load_images(paths[start : start + batch_size], size, crop_fraction, preprocessing=model)
+        batch = _batch(model, paths[start : start + batch_size], size, crop_fraction)
         probs = keras.ops.convert_to_numpy(model.predict(batch, verbose=0))
         if not ends_with_softmax(model):
             probs = keras.ops.convert_to_numpy(keras.ops.softmax(probs, axis=-1))

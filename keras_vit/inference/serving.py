@@ -37,6 +37,7 @@ import numpy as np
 
 import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
 from keras_vit.files import atomic_path, check_target
+from keras_vit.inspect.model_parts import is_naflex
 from keras_vit.run_folder import load_keras_file
 
 
@@ -289,6 +290,9 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     check_output(fmt, output, model_path, overwrite)
     if model_path is not None:
         model = load_keras_file(model_path)
+    if is_naflex(model):
+        raise ValueError(f"Model {model.name!r} takes NaFlex inputs, which the {fmt} export does not trace yet; "
+                         "save it with model.save('x.keras') instead.")
     if quantize is not None:
         from keras_vit.inference.quantization import quantized_copy
 

@@ -7,7 +7,9 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.inspect.model_parts import check_images, embedding_layer, encoder_inputs, encoder_layer, prefix_tokens
+from keras_vit.inspect.model_parts import (
+    check_images, check_naflex_inputs, embedding_layer, encoder_inputs, encoder_layer, is_naflex, prefix_tokens,
+)
 from keras_vit.layers.token_grid import TokenGrid
 
 
@@ -53,6 +55,9 @@ def feature_extractor(model, layers=None, *, norm=False, grid=False, name=None):
     """
     encoder = encoder_layer(model)
     indices = block_indices(layers, encoder.depth)
+    if grid and is_naflex(model):
+        raise ValueError("grid=True needs one patch grid per batch; a NaFlex model's images each have their own "
+                         "(its `spatial_shapes`): use grid=False.")
     (tokens, rope), after = encoder_inputs(model), {}
     for i, block in enumerate(encoder.blocks[: max(indices) + 1]):
         tokens = after[i] = block(tokens, **rope)
@@ -69,19 +74,25 @@ def features(model, images, layers=None, *, norm=False, grid=False, batch_size=1
     """The tokens after encoder blocks `layers` for `images`, as NumPy float32 arrays.
 
     `images` is a `(batch, height, width, 3)` batch, preprocessed as the model expects
-    (`keras_vit.preprocess_input`); it runs in chunks of `batch_size`. See
+    (`keras_vit.preprocess_input`), or for a NaFlex model the dict of `keras_vit.naflex_inputs`;
+    it runs in chunks of `batch_size`. See
     `feature_extractor` for `layers`, `norm` and `grid`. Returns one array for an index,
     a list of arrays for a list (or None: every block).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r}: expected a whole number >= 1 (images run at a time).")
-    images = check_images(images)
-    if not len(images):
-        raise ValueError(f"images is an empty batch (shape {images.shape}); give at least one image.")
+    if is_naflex(model):
+        images = check_naflex_inputs(images)
+        count, take = len(images["patches"]), lambda a, b: {k: v[a:b] for k, v in images.items()}
+    else:
+        images = check_images(images)
+        count, take = len(images), lambda a, b: images[a:b]
+    if not count:
+        raise ValueError("images is an empty batch; give at least one image.")
     extractor = feature_extractor(model, layers, norm=norm, grid=grid)
     chunks = []
-    for start in range(0, len(images), batch_size):
-        out = extractor(images[start : start + batch_size], training=False)
+    for start in range(0, count, batch_size):
+        out = extractor(take(start, start + batch_size), training=False)
         chunks.append([ops.convert_to_numpy(x).astype("float32") for x in (out if isinstance(out, list) else [out])])
     arrays = [np.concatenate(parts) for parts in zip(*chunks)]
     return arrays[0] if _is_index(layers) else arrays

@@ -38,11 +38,21 @@ def encoder_layer(model):
     return _layer(model, "encoder")
 
 
+def is_naflex(model):
+    """Whether `model` takes NaFlex inputs (`naflex=True`: patches, spatial shapes, mask)."""
+    try:
+        return type(model.get_layer("posembed_input")).__name__ == "NaFlexPositionEmbedding"
+    except ValueError:  # not a keras_vit model: the callers say so
+        return False
+
+
 def encoder_inputs(model):
     """The encoder's input tokens and the keyword arguments its blocks take with them:
-    `{"rope": coordinates}` for `position_embedding="rope"`, else `{}`."""
+    `{"rope": coordinates}` for `position_embedding="rope"`, `{"valid": mask}` for NaFlex, else `{}`."""
     inputs = encoder_layer(model).input
-    return (inputs[0], {"rope": inputs[1]}) if isinstance(inputs, (list, tuple)) else (inputs, {})
+    if not isinstance(inputs, (list, tuple)):
+        return inputs, {}
+    return inputs[0], {"valid" if is_naflex(model) else "rope": inputs[1]}
 
 
 def check_images(images):
@@ -54,3 +64,14 @@ def check_images(images):
             "add a leading axis for a single image."
         )
     return images
+
+
+NAFLEX_INPUTS = ("patches", "spatial_shapes", "mask")
+
+
+def check_naflex_inputs(inputs):
+    """A NaFlex model's input dict (`keras_vit.naflex_inputs`) as NumPy arrays, or a clear error."""
+    if not isinstance(inputs, dict) or set(inputs) != set(NAFLEX_INPUTS):
+        raise ValueError(f"A NaFlex model takes a dict with the keys {NAFLEX_INPUTS} (keras_vit.naflex_inputs), got "
+                         f"{sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__}.")
+    return {key: np.asarray(value) for key, value in inputs.items()}

@@ -26,7 +26,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     `call(x, rope=coordinates)` rotates the queries and keys of the last patch tokens by
     their `(1, patches, 2)` coordinates (`keras_vit.layers.rope`, period `rope_theta`) before
-    the attention. `key_bias=False` leaves the keys without bias (DINOv3): the `qkv` bias keeps
+    the attention; `call(x, valid=valid)` attends only to the keys where the boolean
+    `(batch, tokens)` `valid` is True (NaFlex's padding left out). `key_bias=False` leaves the keys without bias (DINOv3): the `qkv` bias keeps
     its `3 * dim` entries, its key part subtracted again (so no gradient reaches it either).
     """
 
@@ -62,23 +63,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             k = k - ops.reshape(ops.cast(self.qkv.bias, k.dtype), (3, self.num_heads, self.head_dim))[1]
         return q, k, v
 
-    def _explicit_attention(self, q, k, v, training):
+    def _explicit_attention(self, q, k, v, training, valid=None):
         scale = ops.cast(self.head_dim**-0.5, q.dtype)
-        logits = ops.einsum("bqhd,bkhd->bhqk", q * scale, k)
-        weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q * scale, k), "float32")
+        if valid is not None:
+            logits = ops.where(ops.cast(valid[:, None, None, :], "bool"), logits, float("-inf"))
+        weights = ops.softmax(logits, axis=-1)
         dropped = run(self.dropout, ops.cast(weights, q.dtype), training=training)
         return ops.einsum("bhqk,bkhd->bqhd", dropped, v), weights
 
-    def call(self, x, rope=None, training=None, return_attention_weights=False):
+    def call(self, x, rope=None, valid=None, training=None, return_attention_weights=False):
         q, k, v = self._split_heads(x)
         if rope is not None:
             cos, sin = rotation(rope[0], self.head_dim, self.rope_theta)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         weights = None
         if return_attention_weights or (training and self.dropout_rate > 0):
-            context, weights = self._explicit_attention(q, k, v, training)
+            context, weights = self._explicit_attention(q, k, v, training, valid)
         else:
-            context = dot_product_attention(q, k, v, training=bool(training))
+            context = dot_product_attention(q, k, v, training=bool(training), mask=valid)
         batch, tokens = ops.shape(x)[0], ops.shape(x)[1]
         out = run(self.out, ops.reshape(context, (batch, tokens, self.num_heads * self.head_dim)))
         return (out, weights) if return_attention_weights else out

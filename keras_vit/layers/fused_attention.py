@@ -57,9 +57,10 @@ def padded_implementation(dtype, head_dim):
     return "cudnn"
 
 
-def torch_attention(q, k, v):
+def torch_attention(q, k, v, mask=None):
     """PyTorch: `scaled_dot_product_attention` on the heads-first views of q/k/v, which
-    picks the flash / memory-efficient kernel itself (the CPU flash kernel included).
+    picks the flash / memory-efficient kernel itself (the CPU flash kernel included); `mask`:
+    the `(batch, 1, 1, tokens)` keys attended to.
 
     Keras' `ops.dot_product_attention` computes the same, but either runs its flash-attention
     probe, a pybind11 `SDPAParams` that torch.compile cannot trace (a graph break in every
@@ -68,18 +69,26 @@ def torch_attention(q, k, v):
     import torch
 
     q, k, v = (ops.convert_to_tensor(t).transpose(1, 2) for t in (q, k, v))
-    out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    mask = None if mask is None else ops.convert_to_tensor(mask)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return out.transpose(1, 2)
 
 
-def dot_product_attention(q, k, v, training=False):
+def dot_product_attention(q, k, v, training=False, mask=None):
     """Attention over `(batch, tokens, heads, head_dim)`: the padded cuDNN kernel when
     training on a JAX GPU that has it, `torch_attention` on PyTorch for q/k/v of one dtype,
     `keras.ops.dot_product_attention` everywhere else (inference included, where Keras
-    already picks cuDNN for any length)."""
+    already picks cuDNN for any length). `mask`: None, or the boolean `(batch, tokens)` keys
+    that may be attended to (NaFlex's valid patches)."""
     backend = keras.backend.backend()
+    if mask is not None:
+        mask = ops.cast(mask[:, None, None, :], "bool")
     if backend == "torch" and q.dtype == k.dtype == v.dtype:
-        return torch_attention(q, k, v)
+        return torch_attention(q, k, v, mask)
+    if mask is not None:
+        heads, tokens = ops.shape(q)[2], ops.shape(q)[1]
+        mask = ops.broadcast_to(mask, (ops.shape(q)[0], heads, tokens, ops.shape(k)[1]))
+        return ops.dot_product_attention(q, k, v, mask=mask, flash_attention=False if backend == "torch" else None)
     if training:
         implementation = padded_implementation(keras.backend.standardize_dtype(q.dtype), q.shape[-1])
         if implementation is not None:

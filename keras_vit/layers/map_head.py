@@ -12,7 +12,8 @@ from keras_vit.layers.sublayer import run
 class MAPHead(keras.layers.Layer):
     """`(batch, tokens, dim)` -> `(batch, dim)`: a learned `probe` attends to the tokens
     (`query` from the probe, `key` / `value` from the tokens, `out`), then
-    `y = y + MLP(LayerNorm(y))`."""
+    `y = y + MLP(LayerNorm(y))`. `call(tokens, valid=mask)` pools only the tokens where the
+    `(batch, tokens)` mask is True (NaFlex's padding left out)."""
 
     def __init__(self, num_heads, mlp_dim, approximate_gelu=True, layer_norm_epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
@@ -24,7 +25,8 @@ class MAPHead(keras.layers.Layer):
         self.ln = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln", dtype=policy)
         self.mlp = MLPBlock(mlp_dim, approximate_gelu=approximate_gelu, name="mlp", dtype=policy)
 
-    def build(self, input_shape):
+    def build(self, tokens_shape, valid_shape=None):
+        input_shape = tokens_shape
         dim = input_shape[-1]
         if dim % self.num_heads:
             raise ValueError(f"Width {dim} is not divisible by num_heads={self.num_heads}.")
@@ -38,7 +40,7 @@ class MAPHead(keras.layers.Layer):
         self.ln.build((None, 1, dim))
         self.mlp.build((None, 1, dim))
 
-    def call(self, tokens):
+    def call(self, tokens, valid=None):
         batch, n, dim = ops.shape(tokens)[0], ops.shape(tokens)[1], ops.shape(tokens)[-1]
         heads = self.num_heads
         head_dim = dim // heads
@@ -46,12 +48,15 @@ class MAPHead(keras.layers.Layer):
         k = ops.reshape(run(self.key, tokens), (batch, n, heads, head_dim))
         v = ops.reshape(run(self.value, tokens), (batch, n, heads, head_dim))
         logits = ops.einsum("hd,bkhd->bhk", q[0] * ops.cast(head_dim**-0.5, q.dtype), k)
-        weights = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), v.dtype)
+        logits = ops.cast(logits, "float32")
+        if valid is not None:
+            logits = ops.where(ops.cast(valid[:, None, :], "bool"), logits, float("-inf"))
+        weights = ops.cast(ops.softmax(logits, axis=-1), v.dtype)
         pooled = run(self.out, ops.reshape(ops.einsum("bhk,bkhd->bhd", weights, v), (batch, dim)))
         return pooled + run(self.mlp, run(self.ln, pooled))
 
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[-1])
+    def compute_output_shape(self, tokens_shape, valid_shape=None):
+        return (tokens_shape[0], tokens_shape[-1])
 
     def get_config(self):
         return {

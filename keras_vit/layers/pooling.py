@@ -11,7 +11,8 @@ MODES = (*POOLINGS, "distillation")
 class TokenPooling(keras.layers.Layer):
     """`"token"`: the class token's output (the paper's default); `"avg"`: the mean of the
     patch tokens (paper App. D.3), skipping the `num_prefix_tokens` leading tokens;
-    `"distillation"`: the second token (DeiT's distillation token)."""
+    `"distillation"`: the second token (DeiT's distillation token). `call(tokens, valid=mask)`
+    averages only the tokens where the `(batch, tokens)` mask is True (NaFlex's padding left out)."""
 
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
         super().__init__(**kwargs)
@@ -20,15 +21,18 @@ class TokenPooling(keras.layers.Layer):
         self.mode = mode
         self.num_prefix_tokens = int(num_prefix_tokens)
 
-    def call(self, tokens):
+    def call(self, tokens, valid=None):
         if self.mode == "token":
             return tokens[:, 0]
         if self.mode == "distillation":
             return tokens[:, 1]
+        if valid is not None:
+            weights = ops.cast(valid, tokens.dtype)[:, :, None]
+            return ops.sum(tokens * weights, axis=1) / ops.sum(weights, axis=1)
         return ops.mean(tokens[:, self.num_prefix_tokens :], axis=1)
 
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[-1])
+    def compute_output_shape(self, tokens_shape, valid_shape=None):
+        return (tokens_shape[0], tokens_shape[-1])
 
     def get_config(self):
         return {**super().get_config(), "mode": self.mode, "num_prefix_tokens": self.num_prefix_tokens}

@@ -49,7 +49,8 @@ class Metadata:
     `interpolation`: how its library resizes the position embeddings (a name of
     `keras_vit.interpolation.INTERPOLATIONS`), where the file says (else its format's).
     `rope_theta`: the period of its rotary position embeddings (rope models only); `key_bias`:
-    False where its attention keys have no bias (DINOv3)."""
+    False where its attention keys have no bias (DINOv3); `naflex`: True for a NaFlex model
+    (patches, spatial shapes and mask in; SigLIP 2)."""
 
     approximate_gelu: Optional[bool] = None
     num_heads: Optional[int] = None
@@ -60,6 +61,7 @@ class Metadata:
     interpolation: Optional[str] = None
     rope_theta: Optional[float] = None
     key_bias: Optional[bool] = None
+    naflex: Optional[bool] = None
 
 
 def _is_count(value):
@@ -120,6 +122,7 @@ class Checkpoint:
     interpolation: str = None
     rope_theta: float = None
     key_bias: bool = None
+    naflex: bool = None
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None
@@ -321,6 +324,7 @@ class Checkpoint:
             fc_norm=self.fc_norm,
             **({"rope_theta": self.rope_theta} if self.rope_theta else {}),
             **({"key_bias": False} if self.key_bias is False else {}),
+            **({"naflex": True} if self.naflex else {}),
         )
 
 

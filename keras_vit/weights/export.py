@@ -45,6 +45,7 @@ def model_checkpoint(model):
         encoder.blocks[0].layer_norm_epsilon, pooling, getattr(model, "preprocessing", None),
         getattr(model.get_layer("posembed_input"), "interpolation", None),
         attention.rope_theta if rope else None, attention.key_bias,
+        type(model.get_layer("posembed_input")).__name__ == "NaFlexPositionEmbedding",
     )
 
 
@@ -100,6 +101,9 @@ def _write(fmt, path, ckpt):
             f"{ckpt.path}: rotary position embeddings / no key bias (DINOv3) cannot be written as {fmt.name} yet; "
             "save the model with model.save('x.keras') instead."
         )
+    if ckpt.naflex:
+        raise ValueError(f"{ckpt.path}: a NaFlex model (SigLIP 2) cannot be written as {fmt.name} yet; "
+                         "save the model with model.save('x.keras') instead.")
     check_space(path, sum(4 * math.prod(t.shape) for t in ckpt.tensors.values()))
     with one_line_errors(path):
         fmt.write(path, ckpt)

@@ -174,6 +174,15 @@ ENTRIES = [
     *_family("SigLIPSo400m14", "siglip", 224, None, "google/siglip-so400m-patch14-224", url=_GOOGLE),
     # "384 px": its 27 x 27 patches cover 378 px (transformers' stride-14 convolution drops 6).
     *_family("SigLIPSo400m14", "siglip", 378, None, "google/siglip-so400m-patch14-384", url=_GOOGLE),
+    # SigLIP 2's fixed-resolution towers: `SiglipModel` files (the NaFlex ones, `Siglip2Model`, load by path).
+    *(entry for res in (224, 256, 384, 512)
+      for entry in _family("SigLIPB16", "siglip2", res, None, f"google/siglip2-base-patch16-{res}", url=_GOOGLE)),
+    *_family("SigLIPSo400m14", "siglip2", 224, None, "google/siglip2-so400m-patch14-224", url=_GOOGLE),
+    *_family("SigLIPSo400m14", "siglip2", 378, None, "google/siglip2-so400m-patch14-384", url=_GOOGLE),
+    *(entry for res in (256, 384, 512) for variant, repo in (("SigLIPL16", "large"), ("SigLIPSo400m16", "so400m"))
+      for entry in _family(variant, "siglip2", res, None, f"google/siglip2-{repo}-patch16-{res}", url=_GOOGLE)),
+    *(entry for res in (256, 384)
+      for entry in _family("SigLIPG16", "siglip2", res, None, f"google/siglip2-giant-opt-patch16-{res}", url=_GOOGLE)),
 ]
 
 ALIASES = {

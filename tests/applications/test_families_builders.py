@@ -28,6 +28,9 @@ REFERENCES = {
                                        ("DINOv3HPlus16", 1280, 32, 20, 5120, True))},
     "SigLIPB16": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12, patch_size=16, image_size=224)),
     "SigLIPSo400m14": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, patch_size=14, image_size=224)),
+    "SigLIPL16": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16, patch_size=16, image_size=256)),
+    "SigLIPSo400m16": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, patch_size=16, image_size=256)),
+    "SigLIPG16": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=1536, intermediate_size=6144, num_hidden_layers=40, num_attention_heads=16, patch_size=16, image_size=256)),
 }
 # README's table (keras_vit's own count; checked below against the references).
 PARAMETERS = {
@@ -36,6 +39,7 @@ PARAMETERS = {
     "DINOv3S16": 21_600_768, "DINOv3SPlus16": 28_697_088, "DINOv3B16": 85_668_864, "DINOv3L16": 303_153_152,
     "DINOv3HPlus16": 840_632_320,
     "SigLIPB16": 92_884_224, "SigLIPSo400m14": 427_680_704,
+    "SigLIPL16": 315_956_224, "SigLIPSo400m16": 427_888_064, "SigLIPG16": 1_163_168_256,
 }
 
 

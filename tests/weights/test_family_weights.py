@@ -44,6 +44,9 @@ def test_family_entries_name_their_model_and_preprocessing():
     siglip = registry.find("siglip-so400m-patch14-384")
     assert (siglip.variant, siglip.resolution, siglip.preprocessing) == ("SigLIPSo400m14", 378, "siglip")
     assert siglip.url == "https://huggingface.co/google/siglip-so400m-patch14-384/resolve/main/model.safetensors"
+    giant = registry.find("siglip2-giant-opt-patch16-384")
+    assert (giant.variant, giant.resolution, giant.preprocessing) == ("SigLIPG16", 384, "siglip2")
+    assert registry.find("google/siglip2-so400m-patch14-384").variant == "SigLIPSo400m14"
     assert "DeiTB16" in registry.weights_table("DeiTB16") and " deit " in registry.weights_table("DeiTB16")
 
 

@@ -16,6 +16,7 @@ FORMATS = [
     hf_families.DEIT,
     hf_families.DINOV3,
     hf_families.DINOV2,
+    hf_families.SIGLIP2,
     hf_families.SIGLIP,
     hf_families.HF,
     keras.FORMAT,

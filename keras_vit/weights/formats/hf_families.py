@@ -12,6 +12,7 @@ distillation token makes a DeiT (`DeiTForImageClassificationWithTeacher` with bo
 
 import dataclasses
 import functools
+import math
 
 import numpy as np
 
@@ -102,7 +103,7 @@ SIGLIP_TABLE = Table(
 def _config(raw):
     """The model's `config.json` (a SigLIP pair's `vision_config`)."""
     config = raw.meta.get("config") or {}
-    return config.get("vision_config", config) if config.get("model_type") == "siglip" else config
+    return config.get("vision_config", config) if config.get("model_type") in ("siglip", "siglip2") else config
 
 
 def _detector(model_types, marker):
@@ -198,6 +199,41 @@ def prepare_siglip(raw):
     return tensors
 
 
+def prepare_siglip2(raw):
+    """`prepare_siglip`, with the patch embedding, an `nn.Linear` over each patch's pixels
+    (row by row, channels last), laid out as the convolution's `(out, channels, patch, patch)`."""
+    tensors = prepare_siglip(raw)
+    key = "embeddings.patch_embedding.weight"
+    if key in tensors and len(tensors[key].shape) == 2:
+        width, values = tensors[key].shape
+        patch = _config(raw).get("patch_size") or math.isqrt(values // 3)
+        channels = values // (patch * patch)
+        if channels * patch * patch != values:
+            raise ValueError(f"{raw.path}: {key} has {values} inputs, not patch_size={patch} squared times channels.")
+        tensors[key] = tensors[key].reshape(width, patch, patch, channels).transpose(0, 3, 1, 2)
+    return tensors
+
+
+def _is_siglip2(raw):
+    """By `config.json`'s model_type, else (a bare weights file) by a linear patch embedding."""
+    model_type = (raw.meta.get("config") or {}).get("model_type")
+    if model_type is not None:
+        return model_type in ("siglip2", "siglip2_vision_model")
+    return any(key.endswith("embeddings.patch_embedding.weight") and len(value.shape) == 2
+               for key, value in raw.tensors.items())
+
+
+def metadata_siglip2(raw, tensors):
+    """`metadata` of a NaFlex model: the square grid of `num_patches` position embeddings."""
+    meta = metadata(raw, tensors, preprocessing="siglip2", hidden_act="gelu_pytorch_tanh")
+    posemb = tensors.get("embeddings.position_embedding.weight")
+    rows = posemb.shape[1] if posemb is not None else 0
+    side = math.isqrt(rows)
+    if side * side != rows:
+        raise ValueError(f"{raw.path}: {rows} position embeddings do not form the square grid SigLIP 2 resizes.")
+    return dataclasses.replace(meta, grid=(side, side), naflex=True)
+
+
 def metadata(raw, tensors, preprocessing=None, hidden_act="gelu", gelu=True):
     """What `config.json` records; `preprocessing`: the family's (`keras_vit.preprocessing`);
     `hidden_act`: the family's GELU where there is no `config.json` or it names none (its
@@ -246,6 +282,12 @@ SIGLIP = Format(
     # transformers' SiglipVisionConfig: hidden_act="gelu_pytorch_tanh" (what the hub's files leave out).
     prepare=prepare_siglip, metadata=functools.partial(metadata, preprocessing="siglip", hidden_act="gelu_pytorch_tanh"),
     interpolation="bicubic",
+)
+
+SIGLIP2 = Format(
+    name="hf_siglip2", table=SIGLIP_TABLE,
+    detect=_is_siglip2,
+    prepare=prepare_siglip2, metadata=metadata_siglip2,
 )
 
 

@@ -1,0 +1,104 @@
+"""NaFlex inputs (SigLIP 2): each image at its own aspect ratio, cut into patches, padded to
+one patch budget. The model takes `patches` `(batch, max_patches, patch * patch * channels)`
+(each patch's pixels row by row, channels last), `spatial_shapes` `(batch, 2)` (each image's
+patch rows and columns, its patches in row-major order first) and `mask` `(batch, max_patches)`
+(1 for a patch of the image, 0 for padding); `keras_vit.naflex` makes them from images."""
+
+import keras
+from keras import ops
+
+from keras_vit.interpolation import INTERPOLATIONS
+from keras_vit.layers.position_embedding import _kernel
+from keras_vit.layers.residual import Float32Stream
+
+# transformers' `Siglip2VisionEmbeddings.resize_positional_embeddings`:
+# F.interpolate(mode="bilinear", align_corners=False, antialias=True), per image.
+NAFLEX_INTERPOLATION = "bilinear_antialias"
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class NaFlexPatchEmbedding(keras.layers.Layer):
+    """Projects flattened patches `(batch, n, patch * patch * channels)` to `hidden_dim`; the
+    kernel has `PatchEmbedding`'s layout `(patch, patch, channels, hidden_dim)`, so one
+    checkpoint loads either."""
+
+    def __init__(self, patch_size, hidden_dim, channels=3, **kwargs):
+        super().__init__(**kwargs)
+        self.patch_size = int(patch_size)
+        self.hidden_dim = int(hidden_dim)
+        self.channels = int(channels)
+
+    def build(self, input_shape):
+        p, c = self.patch_size, self.channels
+        if input_shape[-1] is not None and input_shape[-1] != p * p * c:
+            raise ValueError(f"NaFlex patches have {input_shape[-1]} values; patch size {p} with {c} channels "
+                             f"needs {p * p * c}.")
+        self.kernel = self.add_weight(name="kernel", shape=(p, p, c, self.hidden_dim),
+                                      initializer=keras.initializers.LecunNormal())
+        self.bias = self.add_weight(name="bias", shape=(self.hidden_dim,), initializer="zeros")
+
+    def call(self, patches):
+        kernel = ops.reshape(self.kernel, (-1, self.hidden_dim))
+        return ops.matmul(ops.cast(patches, kernel.dtype), kernel) + self.bias
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], self.hidden_dim)
+
+    def get_config(self):
+        return {**super().get_config(), "patch_size": self.patch_size, "hidden_dim": self.hidden_dim,
+                "channels": self.channels}
+
+
+def per_image_weights(grid, sizes, index, interpolation=NAFLEX_INTERPOLATION):
+    """`(batch, n, grid)` weights resizing `grid` samples to each image's `sizes` `(batch, 1)`
+    (float32), read at the output positions `index` `(batch, n)`: the half-pixel, normalised
+    resize of `interpolation` (not corner-aligned, not clamped), as `resize_matrix`, per image."""
+    spec = INTERPOLATIONS[interpolation]
+    scale = grid / sizes
+    width = ops.maximum(scale, 1.0) if spec.antialias else ops.ones_like(scale)
+    centre = ops.expand_dims((index + 0.5) * scale, -1)
+    source = ops.arange(grid, dtype="float32") + 0.5
+    weights = _kernel(ops.abs(source - centre) / ops.expand_dims(width, -1), spec)
+    return weights / ops.sum(weights, axis=-1, keepdims=True)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class NaFlexPositionEmbedding(Float32Stream, keras.layers.Layer):
+    """Adds to each image's patches the learned `grid_size` table resized to that image's
+    `spatial_shapes` (transformers' `Siglip2VisionEmbeddings`: bilinear, antialiased, half-pixel),
+    in float32; the padding positions get the resized table's first row, as there."""
+
+    interpolation = NAFLEX_INTERPOLATION
+    num_prefix_tokens = 0
+
+    def __init__(self, grid_size, **kwargs):
+        super().__init__(**kwargs)
+        self.grid_size = tuple(int(s) for s in grid_size)
+
+    def build(self, tokens_shape, spatial_shapes_shape=None):
+        self.embeddings = self.add_weight(
+            name="pos_embedding", shape=(1, self.grid_size[0] * self.grid_size[1], tokens_shape[-1]),
+            initializer=keras.initializers.RandomNormal(stddev=0.02), autocast=False,
+        )
+
+    def call(self, tokens, spatial_shapes):
+        n = ops.shape(tokens)[1]
+        sizes = ops.cast(spatial_shapes, "float32")
+        rows_of, cols_of = sizes[:, 0:1], sizes[:, 1:2]
+        position = ops.arange(n, dtype="float32")[None, :]
+        row = ops.floor(position / cols_of)
+        col = position - row * cols_of
+        inside = ops.cast(position < rows_of * cols_of, "float32")  # padding reads position (0, 0)
+        gh, gw = self.grid_size
+        weights = ops.einsum(
+            "bnh,bnw->bnhw", per_image_weights(gh, rows_of, row * inside), per_image_weights(gw, cols_of, col * inside)
+        )
+        table = ops.cast(self.embeddings[0], "float32")
+        resized = ops.matmul(ops.reshape(weights, (-1, n, gh * gw)), table)
+        return ops.add(tokens, ops.cast(resized, tokens.dtype))
+
+    def compute_output_shape(self, tokens_shape, spatial_shapes_shape=None):
+        return tokens_shape
+
+    def get_config(self):
+        return {**super().get_config(), "grid_size": self.grid_size}
