@@ -2,6 +2,8 @@
 `eva.py` / `checkpoint_filter_fn`) and Meta's `.pth` files, written here from a random-weight
 transformers `DINOv3ViTModel` and checked against its outputs."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -111,4 +113,27 @@ def test_meta_pth_matches_transformers(tmp_path, options):
     torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in meta_layout(sd, np.random.default_rng(1)).items()},
                path)
     model = keras_vit.from_checkpoint(str(path), num_heads=2, input_shape=(None, None, 3))
+    _check(model, reference)
+
+
+def test_named_timm_dinov3_entry_builds_its_model(tmp_path, monkeypatch):
+    """A named entry of timm's layout (its file in the cache: no download) gives the builder its weights,
+    preprocessing and DINOv3 licence."""
+    from keras_vit.family_variants import FAMILIES
+    from keras_vit.weights import WeightsEntry, registry
+
+    architecture = dict(FAMILIES["DINOv3S16"], patch_size=4, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64,
+                        input_size=16)
+    monkeypatch.setitem(FAMILIES, "DINOv3Test", architecture)
+    entry = WeightsEntry("DINOv3Test", "vit_test_patch4_dinov3_qkvb.lvd1689m", 16, None, None, "safetensors",
+                         "https://example.invalid/model.safetensors", license="dinov3-license", preprocessing="dinov3")
+    monkeypatch.setattr(registry, "ENTRIES", [entry])
+    reference = reference_model({})
+    sd = {k: v.numpy() for k, v in reference.state_dict().items()}
+    path = registry.cache_path(entry)
+    os.makedirs(os.path.dirname(path))
+    write_safetensors(path, timm_layout(sd, qkv_bias=True), {"format": "pt"})
+    args = {k: v for k, v in architecture.items() if k != "input_size"}
+    model = keras_vit.VisionTransformer(**args, weights=entry.name, input_shape=(None, None, 3))
+    assert model.preprocessing == "dinov3" and "dinov3-license" in registry.weights_table("DINOv3Test")
     _check(model, reference)
