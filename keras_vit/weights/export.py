@@ -93,12 +93,13 @@ def check_output(path, fmt, overwrite=False, inputs=()):
 def _write(fmt, path, ckpt):
     """Writes the canonical `ckpt` as `fmt`, after checking its shapes (no impossible file) and
     that the disk has room for it (float32); a failed write's error is one line. Rotary
-    position embeddings (DINOv3) are refused: no writer records them yet."""
+    position embeddings (DINOv3) are refused but by the formats that record them (`writes_rope`)."""
     ckpt.check()
-    if ckpt.position_embedding == "rope" or ckpt.key_bias is False:
+    if (ckpt.position_embedding == "rope" or ckpt.key_bias is False) and not fmt.writes_rope:
+        rope = ", ".join(f.option for f in formats.FORMATS if f.writes_rope and f.write)
         raise ValueError(
-            f"{ckpt.path}: rotary position embeddings / no key bias (DINOv3) cannot be written as {fmt.name} yet; "
-            "save the model with model.save('x.keras') instead."
+            f"{ckpt.path}: rotary position embeddings / no key bias (DINOv3) cannot be written as {fmt.name}; "
+            f"export with format= {rope}, or save the model with model.save('x.keras')."
         )
     check_space(path, sum(4 * math.prod(t.shape) for t in ckpt.tensors.values()))
     with one_line_errors(path):

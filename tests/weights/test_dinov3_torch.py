@@ -137,3 +137,26 @@ def test_named_timm_dinov3_entry_builds_its_model(tmp_path, monkeypatch):
     model = keras_vit.VisionTransformer(**args, weights=entry.name, input_shape=(None, None, 3))
     assert model.preprocessing == "dinov3" and "dinov3-license" in registry.weights_table("DINOv3Test")
     _check(model, reference)
+
+
+@pytest.mark.parametrize("options", [{}, GATED], ids=["mlp", "swiglu"])
+@pytest.mark.parametrize("qkv_bias", [True, False], ids=["qkvb", "no_qkv_bias"])
+def test_export_writes_timms_dinov3_layout_back(tmp_path, options, qkv_bias):
+    from safetensors.numpy import load_file
+
+    sd = {k: v.numpy() for k, v in reference_model(options, zero_qv_bias=not qkv_bias).state_dict().items()}
+    original = timm_layout(sd, qkv_bias)
+    write_safetensors(str(tmp_path / "in.safetensors"), original, {"format": "pt"})
+    model = keras_vit.from_checkpoint(str(tmp_path / "in.safetensors"), num_heads=2)
+    keras_vit.weights.export(model, tmp_path / "out.safetensors", format="timm_dinov3")
+    written = load_file(str(tmp_path / "out.safetensors"))
+    assert written.keys() == original.keys()
+    for key, value in original.items():
+        np.testing.assert_allclose(written[key], value, atol=1e-7, err_msg=key)
+
+
+def test_timm_dinov3_export_of_another_model_is_refused_in_one_line(tmp_path):
+    model = keras_vit.VisionTransformer(4, 16, 1, 2, 32, input_shape=(8, 8, 3), num_registers=4)
+    with pytest.raises(ValueError, match=r"^[^\n]*timm's DINOv3 layout holds rotary models[^\n]*format='timm'"):
+        keras_vit.weights.export(model, tmp_path / "out.safetensors", format="timm_dinov3")
+    assert not (tmp_path / "out.safetensors").exists()

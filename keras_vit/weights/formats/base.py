@@ -34,7 +34,8 @@ class Format:
     `export(format=)` / `convert --format` (default `name`). `canonical_keys`: its keys are the
     canonical ones, so the keys of registered stems pass through as they are.
     `interpolation`: how its library resizes position embeddings (a name of
-    `keras_vit.interpolation.INTERPOLATIONS`), unless the file's `Metadata` says otherwise."""
+    `keras_vit.interpolation.INTERPOLATIONS`), unless the file's `Metadata` says otherwise.
+    `writes_rope`: `write` records rotary position embeddings and the dropped key bias (DINOv3)."""
 
     name: str
     table: Table
@@ -47,6 +48,7 @@ class Format:
     export_name: Optional[str] = None
     canonical_keys: bool = False
     interpolation: str = DEFAULT
+    writes_rope: bool = False
 
     @property
     def option(self):

@@ -1,16 +1,18 @@
-"""DINOv3 as PyTorch state dicts (read only): timm's `vit_*_patch16_dinov3*` (its `Eva` layout:
+"""DINOv3 as PyTorch state dicts: timm's `vit_*_patch16_dinov3*` (its `Eva` layout:
 `reg_token`, `gamma_1` / `gamma_2`, `q_bias` / `v_bias` in the `_qkvb` variants, none in the
 others, `mlp.fc1_g` / `fc1_x` for SwiGLU) and Meta's own `.pth` files (`storage_tokens`,
 `ls1.gamma`, a `qkv.bias` whose key part `bias_mask` zeroes, `mlp.w1` / `w2` / `w3` for SwiGLU),
 read as `torch.load(weights_only=True)` would, without unpickling code (`containers`).
 Both are renamed to timm's `VisionTransformer` names and read through its table; neither has
-position embeddings (rotary, period 100) nor records its heads (see `known_num_heads`)."""
+position embeddings (rotary, period 100) nor records its heads (see `known_num_heads`).
+`export(format="timm_dinov3")` writes timm's layout (`_qkvb` names where the model has q / v biases)."""
 
 import dataclasses
 import re
 
 import numpy as np
 
+from keras_vit.weights import containers
 from keras_vit.weights.canonical import POSEMB, Metadata
 from keras_vit.weights.formats import timm
 from keras_vit.weights.formats.base import Format
@@ -73,10 +75,42 @@ def metadata(raw, tensors):
                     key_bias=False)
 
 
+def _eva_names(tensors):
+    """timm `VisionTransformer` names -> timm's Eva DINOv3 names (the inverse of `prepare` for its layout)."""
+    out = {}
+    for key, value in tensors.items():
+        if key.endswith(".attn.qkv.bias"):
+            width = value.shape[0] // 3
+            out[key.replace("qkv.bias", "q_bias")] = value.rows(0, width)
+            out[key.replace("qkv.bias", "v_bias")] = value.rows(2 * width, 3 * width)
+        else:
+            out[re.sub(r"\.ls(\d)\.gamma$", r".gamma_\1", key)] = value
+    return out
+
+
+def write(path, ckpt):
+    """timm's `vit_*_patch16_dinov3*` state dict as `.safetensors`: SwiGLU as `mlp.fc1_g` / `fc1_x`."""
+    if ckpt.position_embedding != "rope" or ckpt.rope_theta != THETA:
+        raise ValueError(f"{ckpt.path}: timm's DINOv3 layout holds rotary models of period {THETA:g} only (rope_theta="
+                         f"{ckpt.rope_theta}); use format='timm' for the others.")
+    ckpt.require_class_token_head("timm_dinov3")
+    tensors = _eva_names(FORMAT.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to timm_dinov3"))
+    if ckpt.mlp == "swiglu":
+        for key in [k for k in tensors if ".mlp.fc1." in k]:
+            value = tensors.pop(key)
+            half = value.shape[0] // 2
+            tensors[key.replace(".fc1.", ".fc1_g.")] = value.rows(0, half)
+            tensors[key.replace(".fc1.", ".fc1_x.")] = value.rows(half, 2 * half)
+    containers.write_safetensors(path, {k: v.astype(np.float32) for k, v in tensors.items()}, {"format": "pt"})
+
+
 FORMAT = Format(
     name="dinov3_torch",
     table=Table(tuple(row for row in timm.TABLE.rows if row.canonical[0].text != POSEMB)),
     detect=detect,
     prepare=prepare,
     metadata=metadata,
+    write=write,
+    export_name="timm_dinov3",
+    writes_rope=True,
 )
