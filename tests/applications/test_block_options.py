@@ -136,3 +136,13 @@ def test_bad_options_are_refused_in_one_line(args, message):
     with pytest.raises(ValueError) as error:
         keras_vit.VisionTransformer(PATCH, WIDTH, 1, HEADS, MLP, input_shape=(SIZE, SIZE, 3), **args)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("format", ["npz", "hf", "kerashub"])
+def test_formats_without_the_options_refuse_them_in_one_line(format, tmp_path):
+    """transformers' ViT would fill a missing norm bias with zeros: an RMSNorm model read back as a LayerNorm one."""
+    model = keras_vit.VisionTransformer(PATCH, WIDTH, 1, HEADS, MLP, input_shape=(SIZE, SIZE, 3), classes=CLASSES,
+                                       norm="rmsnorm", qk_norm=True)
+    with pytest.raises(ValueError, match=r"^[^\n]*qk_norm=True, norm='rmsnorm' cannot be written as [^\n]*timm"):
+        export(model, str(tmp_path / f"out_{format}"), format=format)
+    assert not list(tmp_path.iterdir())

@@ -15,7 +15,7 @@ import numpy as np
 from keras_vit.weights import containers
 from keras_vit.weights.canonical import POSEMB, Metadata
 from keras_vit.weights.formats import timm
-from keras_vit.weights.formats.base import Format
+from keras_vit.weights.formats.base import BLOCK_OPTIONS, Format
 from keras_vit.weights.lazy import LazyArray, concat
 from keras_vit.weights.table import Table
 
@@ -113,4 +113,5 @@ FORMAT = Format(
     write=write,
     export_name="timm_dinov3",
     writes_rope=True,
+    block_options=BLOCK_OPTIONS,
 )

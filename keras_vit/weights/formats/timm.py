@@ -10,7 +10,7 @@ import numpy as np
 
 from keras_vit.weights import containers
 from keras_vit.weights.canonical import ATTN, DIST, LAYER_SCALE, MAP, MAP_ATTN, POSEMB, QK_NORM, QKV, REG, Metadata
-from keras_vit.weights.formats.base import Format
+from keras_vit.weights.formats.base import BLOCK_OPTIONS, Format
 from keras_vit.weights.formats.common import linear_row, norm_rows, torch_rows, with_class_row
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.table import Row, Table, pairs
@@ -187,4 +187,5 @@ FORMAT = Format(
     write=write,
     suffixes=(".safetensors",),
     interpolation="bicubic_antialias",  # resample_abs_pos_embed, resample_patch_embed
+    block_options=BLOCK_OPTIONS,
 )
