@@ -28,7 +28,8 @@ class Encoder(Float32Stream, keras.layers.Layer):
     third more compute) when training, through `keras.remat`
     (`jax.checkpoint`, `torch.utils.checkpoint`; `tf.recompute_grad` only for blocks without
     dropout / stochastic depth). The other keyword arguments of `TransformerBlock`
-    (`BLOCK_OPTIONS`: dropout, GELU flavour, LayerNorm epsilon, MLP, LayerScale) are passed
+    (`BLOCK_OPTIONS`: dropout, GELU flavour, norm and its epsilon, MLP, LayerScale, biases, query / key
+    norms) are passed
     to every block (`block_options`) and readable as the encoder's attributes.
     """
 
