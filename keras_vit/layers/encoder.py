@@ -29,8 +29,8 @@ class Encoder(Float32Stream, keras.layers.Layer):
     (`jax.checkpoint`, `torch.utils.checkpoint`; `tf.recompute_grad` only for blocks without
     dropout / stochastic depth). The other keyword arguments of `TransformerBlock`
     (`BLOCK_OPTIONS`: dropout, GELU flavour, norm and its epsilon, MLP, LayerScale, biases, query / key
-    norms) are passed
-    to every block (`block_options`) and readable as the encoder's attributes.
+    norms) are passed to every block (`block_options`) and readable as the encoder's attributes;
+    `encoder_norm` is of the blocks' `norm`.
     """
 
     def __init__(self, depth, num_heads, mlp_dim, drop_path_rate=0.0, seed=None, remat=False, final_norm=True,
