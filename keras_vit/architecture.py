@@ -18,6 +18,8 @@ from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedd
 from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.naflex import NaFlexPatchEmbedding, NaFlexPositionEmbedding
+from keras_vit.layers.norms import normalization
+from keras_vit.layers.patch_dropout import PatchDropout
 from keras_vit.layers.rope import RopePositionEmbedding
 from keras_vit.layers.sincos_position_embedding import SinCosPositionEmbedding
 from keras_vit.model_config import ENCODER, ViTConfig  # noqa: F401  (part of this module's interface)
@@ -123,6 +125,9 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         tokens = position(grid, num_prefix_tokens=config.position_prefix, name="posembed_input", **resize)(tokens, patches)
     if config.num_registers:
         tokens = LearnedTokens(config.num_registers, offset=config.position_prefix, name="registers")(tokens)
+    if config.patch_drop_rate:
+        tokens = PatchDropout(config.patch_drop_rate, config.num_prefix_tokens, seed=config.seed,
+                              name="patch_dropout")(tokens)
     inputs = keras.utils.get_source_inputs(images) if input_tensor is not None else images
     return _finish(config, inputs, tokens, rope)
 
@@ -144,8 +149,7 @@ def _finish(config, inputs, tokens, encoder_inputs):
     if config.include_top or config.pooling is not None:
         outputs = _pool(config, tokens, encoder_inputs.get("valid"))
         if config.fc_norm:
-            outputs = keras.layers.LayerNormalization(
-                epsilon=config.layer_norm_epsilon, name="fc_norm")(outputs)
+            outputs = normalization(config.norm, config.layer_norm_epsilon, "fc_norm")(outputs)
     if config.include_top:
         if config.representation_size:
             outputs = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")(outputs)

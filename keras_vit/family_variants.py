@@ -26,12 +26,14 @@ FAMILIES = {
     "DINOv2L14": dict(_DINOV2, hidden_dim=1024, depth=24, num_heads=16, mlp_dim=4096),
     "DINOv2G14": dict(_DINOV2, hidden_dim=1536, depth=40, num_heads=24, mlp_dim=4096, mlp="swiglu"),
     # DINOv3 (Simeoni et al., 2025): 2-D rotary position embeddings, 4 registers, LayerScale, no key bias;
-    # S+/16 and H+/16 with a SwiGLU MLP (Meta's ffn_ratio 6, two thirds of it). The 7B/16 (untied norms) is not here.
+    # S+/16 and H+/16 with a SwiGLU MLP (Meta's ffn_ratio 6, two thirds of it); 7B/16 with a SwiGLU MLP and no
+    # q / k / v biases (its second class-token norm, `local_cls_norm`, serves the pre-training's local crops only).
     "DINOv3S16": dict(_DINOV3, hidden_dim=384, depth=12, num_heads=6, mlp_dim=1536),
     "DINOv3SPlus16": dict(_DINOV3, hidden_dim=384, depth=12, num_heads=6, mlp_dim=1536, mlp="swiglu"),
     "DINOv3B16": dict(_DINOV3, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
     "DINOv3L16": dict(_DINOV3, hidden_dim=1024, depth=24, num_heads=16, mlp_dim=4096),
     "DINOv3HPlus16": dict(_DINOV3, hidden_dim=1280, depth=32, num_heads=20, mlp_dim=5120, mlp="swiglu"),
+    "DINOv37B16": dict(_DINOV3, hidden_dim=4096, depth=40, num_heads=32, mlp_dim=8192, mlp="swiglu", qkv_bias=False),
     # SigLIP image towers (Zhai et al., 2023): no class token, MAP head, tanh GELU.
     "SigLIPB16": dict(_SIGLIP, patch_size=16, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
     "SigLIPSo400m14": dict(_SIGLIP, patch_size=14, hidden_dim=1152, depth=27, num_heads=16, mlp_dim=4304),

@@ -27,6 +27,7 @@ POOLINGS = ("token", "avg", "map")
 POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope")
 MLPS = ("gelu", "swiglu")
 SIZES, DEPTHS = f"[1, {MAX_DIMENSION}]", f"[1, {MAX_DEPTH}]"  # bounded (`keras_vit.limits`)
+NORMS = ("layernorm", "rmsnorm")
 ENCODER = "encoder"  # `to=` of the options relayed to `keras_vit.layers.Encoder` (and by it to every block)
 
 ARCHITECTURE, HEAD, REGULARISATION, NUMERICS, TOKENS, MODEL = (
@@ -78,6 +79,9 @@ class ViTConfig:
     drop_path_rate: float = option(
         0.0, "stochastic depth of the last block (rising linearly from 0 in the first)", group=REGULARISATION,
         interval="[0, 1)", to=ENCODER)
+    patch_drop_rate: float = option(
+        0.0, "share of the patch tokens dropped at random per image while training (timm's `patch_drop_rate`; the "
+        "class, distillation and register tokens are kept); none at inference", group=REGULARISATION, interval="[0, 1)")
     seed: Optional[int] = option(None, "seed of the dropout layers", group=REGULARISATION, to=ENCODER)
     remat: bool = option(
         False, "recompute each encoder block's activations in the backward pass instead of storing them "
@@ -127,6 +131,17 @@ class ViTConfig:
         group=MODEL, to=ENCODER)
     key_bias: bool = option(True, "a bias on the attention keys (False: DINOv3, whose key bias is zero)",
                             group=MODEL, to=ENCODER)
+    qkv_bias: bool = option(True, "biases on the query, key and value projections (timm's `qkv_bias`)",
+                            group=MODEL, to=ENCODER)
+    proj_bias: bool = option(True, "a bias on the attention's output projection (timm's `proj_bias`)", group=MODEL,
+                             to=ENCODER)
+    mlp_bias: bool = option(True, "biases on both layers of every MLP (transformers' `mlp_bias`)", group=MODEL,
+                            to=ENCODER)
+    qk_norm: bool = option(
+        False, "normalise each head's queries and keys (a `norm` over the head's channels, shared by the heads: timm's "
+        "`qk_norm`)", group=MODEL, to=ENCODER)
+    norm: str = option("layernorm", "every normalisation layer of the encoder and `fc_norm`: 'layernorm' or "
+                       "'rmsnorm' (scale only, as torch.nn.RMSNorm)", group=MODEL, choices=NORMS, to=ENCODER)
     mlp: str = option("gelu", "'gelu' (the paper's MLP) or 'swiglu' (DINOv2 g/14)", group=MODEL, choices=MLPS,
                       to=ENCODER)
     fc_norm: bool = option(
@@ -154,12 +169,14 @@ class ViTConfig:
             problem = "distillation_head=True needs distillation_token=True."
         elif self.fc_norm and self.head_pooling == "map":
             problem = "fc_norm=True normalises the pooled features; the MAP head has its own LayerNorm: use 'avg' or 'token'."
+        elif self.patch_drop_rate and self.position_embedding == "rope":
+            problem = "patch_drop_rate with position_embedding='rope' is not supported (the rotations would need the kept patches' coordinates); use 0."
         elif self.distillation_head and self.head_pooling != "token":
             problem = "distillation_head=True averages the class token's head with the distillation token's; use pooling='token'."
         elif self.naflex and (self.class_token or self.position_embedding != "learned" or self.stem is not None
-                              or self.num_registers):
+                              or self.num_registers or self.patch_drop_rate):
             problem = ("naflex=True takes patch tokens only, with learned position embeddings: use class_token=False, "
-                       "position_embedding='learned', no registers and no stem.")
+                       "position_embedding='learned', no registers, no stem and patch_drop_rate=0.")
         if problem:
             raise ValueError(problem)
 

@@ -8,6 +8,8 @@ from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.mlp import MLPBlock
+from keras_vit.layers.norms import RMSNorm
+from keras_vit.layers.patch_dropout import PatchDropout
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding
@@ -29,8 +31,10 @@ __all__ = [
     "MAPHead",
     "MLPBlock",
     "MultiHeadSelfAttention",
+    "PatchDropout",
     "PatchEmbedding",
     "PositionEmbedding",
+    "RMSNorm",
     "ResNetStage",
     "ResNetV2Stem",
     "RopePositionEmbedding",

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_vit.layers.fused_attention import dot_product_attention
 from keras_vit.layers.linear import Linear
+from keras_vit.layers.norms import normalization
 from keras_vit.layers.rope import THETA, rotate, rotation
 from keras_vit.layers.sublayer import run
 
@@ -29,15 +30,29 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     the attention; `call(x, valid=valid)` attends only to the keys where the boolean
     `(batch, tokens)` `valid` is True (NaFlex's padding left out). `key_bias=False` leaves the keys without bias (DINOv3): the `qkv` bias keeps
     its `3 * dim` entries, its key part subtracted again (so no gradient reaches it either).
+    `qkv_bias=False` / `proj_bias=False`: the `qkv` / `out` projections without bias.
+    `qk_norm=True` normalises each head's queries and keys (`q_norm`, `k_norm`: a `norm` over
+    the head's `head_dim` channels, shared by the heads, as timm's `Attention(qk_norm=True)`)
+    before the rotation.
     """
 
-    def __init__(self, num_heads, dropout_rate=0.0, seed=None, rope_theta=THETA, key_bias=True, **kwargs):
+    def __init__(self, num_heads, dropout_rate=0.0, seed=None, rope_theta=THETA, key_bias=True, qkv_bias=True,
+                 proj_bias=True, qk_norm=False, norm="layernorm", layer_norm_epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.dropout_rate = float(dropout_rate)
         self.seed = seed
         self.rope_theta = float(rope_theta)
         self.key_bias = bool(key_bias)
+        self.qkv_bias = bool(qkv_bias)
+        self.proj_bias = bool(proj_bias)
+        self.qk_norm = bool(qk_norm)
+        self.norm = norm
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.q_norm = self.k_norm = None
+        if self.qk_norm:
+            self.q_norm, self.k_norm = (normalization(norm, self.layer_norm_epsilon, name, self.dtype_policy)
+                                        for name in ("q_norm", "k_norm"))
         self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -46,21 +61,26 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             raise ValueError(f"Width {dim} is not divisible by num_heads={self.num_heads}.")
         self.head_dim = dim // self.num_heads
         self.qkv = Linear(
-            3 * dim, kernel_initializer=_dense_init(), name="qkv", dtype=self.dtype_policy
+            3 * dim, use_bias=self.qkv_bias, kernel_initializer=_dense_init(), name="qkv", dtype=self.dtype_policy
         )
         self.qkv.build(input_shape)
         self.out = Linear(
-            dim, kernel_initializer=_dense_init(), name="out", dtype=self.dtype_policy
+            dim, use_bias=self.proj_bias, kernel_initializer=_dense_init(), name="out", dtype=self.dtype_policy
         )
         self.out.build(input_shape)
+        if self.qk_norm:
+            self.q_norm.build((None, None, self.num_heads, self.head_dim))
+            self.k_norm.build((None, None, self.num_heads, self.head_dim))
         self.dropout.build(None)  # called through `run`, which does not mark it built
 
     def _split_heads(self, x):
         batch, tokens = ops.shape(x)[0], ops.shape(x)[1]
         qkv = ops.reshape(run(self.qkv, x), (batch, tokens, 3, self.num_heads, self.head_dim))
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        if not self.key_bias:
+        if not self.key_bias and self.qkv_bias:
             k = k - ops.reshape(ops.cast(self.qkv.bias, k.dtype), (3, self.num_heads, self.head_dim))[1]
+        if self.qk_norm:
+            q, k = run(self.q_norm, q), run(self.k_norm, k)
         return q, k, v
 
     def _explicit_attention(self, q, k, v, training, valid=None):
@@ -97,4 +117,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "seed": self.seed,
             "rope_theta": self.rope_theta,
             "key_bias": self.key_bias,
+            "qkv_bias": self.qkv_bias,
+            "proj_bias": self.proj_bias,
+            "qk_norm": self.qk_norm,
+            "norm": self.norm,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
         }

@@ -5,6 +5,7 @@ import inspect
 
 import keras
 
+from keras_vit.layers.norms import normalization
 from keras_vit.layers.residual import Float32Stream
 from keras_vit.layers.sublayer import run
 from keras_vit.layers.transformer_block import TransformerBlock
@@ -28,8 +29,9 @@ class Encoder(Float32Stream, keras.layers.Layer):
     third more compute) when training, through `keras.remat`
     (`jax.checkpoint`, `torch.utils.checkpoint`; `tf.recompute_grad` only for blocks without
     dropout / stochastic depth). The other keyword arguments of `TransformerBlock`
-    (`BLOCK_OPTIONS`: dropout, GELU flavour, LayerNorm epsilon, MLP, LayerScale) are passed
-    to every block (`block_options`) and readable as the encoder's attributes.
+    (`BLOCK_OPTIONS`: dropout, GELU flavour, norm and its epsilon, MLP, LayerScale, biases, query / key
+    norms) are passed to every block (`block_options`) and readable as the encoder's attributes;
+    `encoder_norm` is of the blocks' `norm`.
     """
 
     def __init__(self, depth, num_heads, mlp_dim, drop_path_rate=0.0, seed=None, remat=False, final_norm=True,
@@ -59,8 +61,8 @@ class Encoder(Float32Stream, keras.layers.Layer):
         for key in BLOCK_OPTIONS:  # readable as the encoder's: encoder.approximate_gelu, encoder.mlp, ...
             setattr(self, key, block_config[key])
         self.final_norm = bool(final_norm)
-        self.encoder_norm = keras.layers.LayerNormalization(
-            epsilon=self.blocks[0].layer_norm_epsilon, name="encoder_norm", dtype=self.dtype_policy
+        self.encoder_norm = normalization(
+            self.norm, self.blocks[0].layer_norm_epsilon, "encoder_norm", self.dtype_policy
         ) if self.final_norm else None
 
     def _rematerialise(self, block):

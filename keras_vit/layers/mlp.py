@@ -14,12 +14,14 @@ class MLPBlock(keras.layers.Layer):
     `approximate_gelu=True` is the tanh approximation of the original Flax code;
     `False` is the exact erf GELU of timm and transformers. Subclasses change the hidden
     activation (`activate`) and how many columns per hidden unit `dense_0` has (`packed`).
+    `bias=False`: both layers without bias.
     """
 
     packed = 1
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, approximate_gelu=True, seed=None, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, approximate_gelu=True, seed=None, bias=True, **kwargs):
         super().__init__(**kwargs)
+        self.bias = bool(bias)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.approximate_gelu = bool(approximate_gelu)
@@ -28,6 +30,7 @@ class MLPBlock(keras.layers.Layer):
 
     def build(self, input_shape):
         init = dict(
+            use_bias=self.bias,
             kernel_initializer=keras.initializers.GlorotUniform(),
             bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
             dtype=self.dtype_policy,
@@ -55,4 +58,5 @@ class MLPBlock(keras.layers.Layer):
             "dropout_rate": self.dropout_rate,
             "approximate_gelu": self.approximate_gelu,
             "seed": self.seed,
+            "bias": self.bias,
         }

@@ -7,11 +7,12 @@ from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.mlp import MLPBlock
+from keras_vit.layers.norms import normalization
 from keras_vit.layers.residual import Float32Stream
 from keras_vit.layers.rope import THETA
 from keras_vit.layers.sublayer import run
 from keras_vit.layers.swiglu import SwiGLUBlock
-from keras_vit.model_config import MLPS
+from keras_vit.model_config import MLPS, NORMS
 from keras_vit.variants import LAYER_NORM_EPSILON
 
 
@@ -23,9 +24,11 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
     scales each branch by a learned `LayerScale` (`ls_1`, `ls_2`) starting at that value.
     `call(x, rope=coordinates)` rotates the patch tokens' queries and keys (`rope_theta`);
     `call(x, valid=mask)` attends only to the tokens where the `(batch, tokens)` mask is True;
-    `key_bias=False` drops the key bias (both `MultiHeadSelfAttention`'s).
+    `key_bias=False` drops the key bias, `qkv_bias` / `proj_bias` / `qk_norm` are
+    `MultiHeadSelfAttention`'s; `mlp_bias=False`: an MLP without biases; `norm="rmsnorm"`:
+    RMSNorm (`keras_vit.layers.norms`) for `ln_1`, `ln_2` (and the query / key norms).
 
-    LayerNorm runs in float32 under mixed precision (Keras' LayerNormalization upcasts), and
+    LayerNorm / RMSNorm run in float32 under mixed precision (Keras' LayerNormalization upcasts), and
     so does the residual stream `x` (`Float32Stream`).
     """
 
@@ -43,6 +46,11 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         layer_scale_init=None,
         rope_theta=THETA,
         key_bias=True,
+        qkv_bias=True,
+        proj_bias=True,
+        mlp_bias=True,
+        qk_norm=False,
+        norm="layernorm",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -57,19 +65,22 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         if mlp not in MLPS:
             raise ValueError(f"Unknown mlp={mlp!r}; expected one of {MLPS}.")
         self.mlp_kind = mlp
+        if norm not in NORMS:
+            raise ValueError(f"Unknown norm={norm!r}; expected one of {NORMS}.")
+        self.norm = norm
+        self.mlp_bias = bool(mlp_bias)
         self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
         policy = self.dtype_policy
-        self.ln_1 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln_1", dtype=policy)
+        self.ln_1 = normalization(norm, self.layer_norm_epsilon, "ln_1", policy)
         self.attention = MultiHeadSelfAttention(
-            num_heads, attention_dropout_rate, seed=seed, rope_theta=rope_theta, key_bias=key_bias, name="attention",
-            dtype=policy,
+            num_heads, attention_dropout_rate, seed=seed, rope_theta=rope_theta, key_bias=key_bias, qkv_bias=qkv_bias,
+            proj_bias=proj_bias, qk_norm=qk_norm, norm=norm, layer_norm_epsilon=self.layer_norm_epsilon,
+            name="attention", dtype=policy,
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=policy)
-        self.ln_2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln_2", dtype=policy)
-        if mlp == "swiglu":
-            self.mlp = SwiGLUBlock(mlp_dim, dropout_rate, seed=seed, name="mlp", dtype=policy)
-        else:
-            self.mlp = MLPBlock(mlp_dim, dropout_rate, approximate_gelu, seed=seed, name="mlp", dtype=policy)
+        self.ln_2 = normalization(norm, self.layer_norm_epsilon, "ln_2", policy)
+        block = SwiGLUBlock if mlp == "swiglu" else MLPBlock
+        self.mlp = block(mlp_dim, dropout_rate, approximate_gelu, seed=seed, bias=mlp_bias, name="mlp", dtype=policy)
         self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy)
         self.scales = ()
         if self.layer_scale_init is not None:
@@ -116,4 +127,9 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
             "layer_scale_init": self.layer_scale_init,
             "rope_theta": self.attention.rope_theta,
             "key_bias": self.attention.key_bias,
+            "qkv_bias": self.attention.qkv_bias,
+            "proj_bias": self.attention.proj_bias,
+            "mlp_bias": self.mlp_bias,
+            "qk_norm": self.attention.qk_norm,
+            "norm": self.norm,
         }

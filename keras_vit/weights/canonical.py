@@ -28,6 +28,8 @@ HEAD_DIST = ("head_dist/kernel", "head_dist/bias")
 # timm's `fc_norm`: the final LayerNorm on the pooled features, in place of `encoder_norm`.
 FC_NORM = ("fc_norm/scale", "fc_norm/bias")
 LAYER_SCALE = (BLOCK + "LayerScale_1/scale", BLOCK + "LayerScale_3/scale")
+# timm's `qk_norm`: a norm of each head's queries / keys (`scale`, and `bias` for a LayerNorm).
+QK_NORM = tuple(ATTN + f"{n}_norm/" for n in ("query", "key"))
 MAP = "MAPHead_0/"
 MAP_ATTN = MAP + "MultiHeadDotProductAttention_0/"
 MAP_KEYS = (
@@ -174,6 +176,19 @@ class Checkpoint:
         return LAYER_SCALE[0].format(i=0) in self.tensors
 
     @property
+    def qk_norm(self):
+        return QK_NORM[0].format(i=0) + "scale" in self.tensors
+
+    @property
+    def norm(self):
+        """"rmsnorm" where the blocks' norms have a scale and no bias, else "layernorm"."""
+        return "layernorm" if BLOCK.format(i=0) + "LayerNorm_0/bias" in self.tensors else "rmsnorm"
+
+    def has_bias(self, key):
+        """Whether block 0's layer `key` (e.g. `ATTN + "out/"`) has a bias."""
+        return key.format(i=0) + "bias" in self.tensors
+
+    @property
     def fc_norm(self):
         return FC_NORM[0] in self.tensors
 
@@ -249,6 +264,7 @@ class Checkpoint:
                 shapes.update({block + norm + "scale": (width,), block + norm + "bias": (width,)})
             shapes.update({key.format(i=i): (width,) for key in LAYER_SCALE})
             attention(ATTN.format(i=i))
+            shapes.update({norm.format(i=i) + p: (width // heads,) for norm in QK_NORM for p in ("scale", "bias")})
             shapes.update({mlp_block + "Dense_0/kernel": (width, hidden), mlp_block + "Dense_0/bias": (hidden,)})
             shapes.update({mlp_block + "Dense_1/kernel": (mlp, width), mlp_block + "Dense_1/bias": (width,)})
         attention(MAP_ATTN)  # the MAP head: a probe token, attention, LayerNorm and a GELU MLP of the blocks' width
@@ -322,6 +338,11 @@ class Checkpoint:
             layer_scale_init=1.0 if self.layer_scale else None,
             mlp=self.mlp,
             fc_norm=self.fc_norm,
+            qkv_bias=self.has_bias(ATTN + "query/"),
+            proj_bias=self.has_bias(ATTN + "out/"),
+            mlp_bias=self.has_bias(MLP + "Dense_0/"),
+            qk_norm=self.qk_norm,
+            norm=self.norm,
             **({"rope_theta": self.rope_theta} if self.rope_theta else {}),
             **({"key_bias": False} if self.key_bias is False else {}),
             **({"naflex": True} if self.naflex else {}),

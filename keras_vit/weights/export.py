@@ -11,6 +11,7 @@ import numpy as np
 from keras_vit.files import check_space, check_target, one_line_errors
 from keras_vit.weights import containers, formats, variables
 from keras_vit.weights.canonical import Checkpoint
+from keras_vit.weights.formats.base import BLOCK_OPTIONS
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.reading import weights_checkpoint
 
@@ -91,19 +92,34 @@ def check_output(path, fmt, overwrite=False, inputs=()):
         )
 
 
+def _check_block_options(fmt, ckpt):
+    """Raises ValueError (one line) if `ckpt` uses a block option (`qk_norm`, RMSNorm, projections
+    without bias) that `fmt` does not record: it would be read back as another model."""
+    from keras_vit.model_config import ViTConfig
+
+    architecture = ckpt.architecture()
+    used = [f"{name}={architecture[name]!r}" for name in BLOCK_OPTIONS
+            if architecture[name] != ViTConfig.__dataclass_fields__[name].default and name not in fmt.block_options]
+    if used:
+        able = ", ".join(f.option for f in formats.FORMATS if f.write and f.block_options)
+        raise ValueError(f"{ckpt.path}: {', '.join(used)} cannot be written as {fmt.name}; formats that record it: {able}.")
+
+
 def _write(fmt, path, ckpt):
     """Writes the canonical `ckpt` as `fmt`, after checking its shapes (no impossible file) and
     that the disk has room for it (float32); a failed write's error is one line. Rotary
-    position embeddings (DINOv3) are refused: no writer records them yet."""
+    position embeddings (DINOv3) are refused but by the formats that record them (`writes_rope`)."""
     ckpt.check()
-    if ckpt.position_embedding == "rope" or ckpt.key_bias is False:
+    if (ckpt.position_embedding == "rope" or ckpt.key_bias is False) and not fmt.writes_rope:
+        rope = ", ".join(f.option for f in formats.FORMATS if f.writes_rope and f.write)
         raise ValueError(
-            f"{ckpt.path}: rotary position embeddings / no key bias (DINOv3) cannot be written as {fmt.name} yet; "
-            "save the model with model.save('x.keras') instead."
+            f"{ckpt.path}: rotary position embeddings / no key bias (DINOv3) cannot be written as {fmt.name}; "
+            f"export with format= {rope}, or save the model with model.save('x.keras')."
         )
     if ckpt.naflex:
         raise ValueError(f"{ckpt.path}: a NaFlex model (SigLIP 2) cannot be written as {fmt.name} yet; "
                          "save the model with model.save('x.keras') instead.")
+    _check_block_options(fmt, ckpt)
     check_space(path, sum(4 * math.prod(t.shape) for t in ckpt.tensors.values()))
     with one_line_errors(path):
         fmt.write(path, ckpt)

@@ -1,6 +1,6 @@
 """Named pretrained checkpoints, as data.
 
-Three families per model, all Apache-2.0:
+Three families per model, all Apache-2.0 (of the families below, DINOv3 is under Meta's DINOv3 License):
 
 - "orig_*": the paper's files from the public `vit_models` bucket (Flax `.npz`): ImageNet-21k
   pre-training (224 px, 21843 classes, with the tanh `pre_logits` layer and an all-zero head)
@@ -27,7 +27,8 @@ The families beyond the paper (SPEC section 7), named as timm names them (their 
 copies) or, for SigLIP, as Google's transformers repositories: DeiT distilled (`DeiT*16`) and
 plain (under `ViTTi16` / `ViTS16` / `ViTB16`: the same shapes as the paper's, the entry gives
 DeiT's preprocessing), DINOv2 with and without registers (`DINOv2*14`; the builders take the `reg4` files'
-4 registers from the file) and SigLIP image towers (the `vision_model` of a `SiglipModel` file). Each
+4 registers from the file), DINOv3 (`DINOv3*16`: timm's copies, `formats.dinov3`, under Meta's DINOv3
+License, not Apache-2.0) and SigLIP image towers (the `vision_model` of a `SiglipModel` file). Each
 entry names its preprocessing (`keras_vit.preprocessing`), which the model built on it takes.
 
 sha256 and size are recorded where known; none could be downloaded when this table was
@@ -104,10 +105,10 @@ def _timm(variant, *names):
     return entries
 
 
-def _family(variant, preprocessing, resolution, classes, *names, url=HUB):
+def _family(variant, preprocessing, resolution, classes, *names, url=HUB, license="apache-2.0"):
     return [
         WeightsEntry(variant, name.rsplit("/", 1)[-1], resolution, classes, None, "safetensors", url.format(name),
-                     preprocessing=preprocessing)
+                     license=license, preprocessing=preprocessing)
         for name in names
     ]
 
@@ -126,6 +127,9 @@ _L16 = "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"
 _R50 = "R50%2BViT-B_16.npz"
 _GOOGLE = "https://huggingface.co/{}/resolve/main/model.safetensors"
 _DINOV2 = "vit_{}_patch14_dinov2.lvd142m", "vit_{}_patch14_reg4_dinov2.lvd142m"
+# timm's ungated copies of Meta's DINOv3 weights (DINOv3 License); the `_qkvb` files keep the q / v biases
+# the builders have (zeros in the distilled models), the 7B has none.
+_DINOV3 = "vit_{}_patch16_dinov3_qkvb.{}"
 
 ENTRIES = [
     *_augreg("ViTTi16", _TI16, _ft(_TI16, 0.03, 224), _ft(_TI16, 0.03, 384)),
@@ -170,6 +174,12 @@ ENTRIES = [
     *_family("DINOv2B14", "dinov2", 518, None, *(n.format("base") for n in _DINOV2)),
     *_family("DINOv2L14", "dinov2", 518, None, *(n.format("large") for n in _DINOV2)),
     *_family("DINOv2G14", "dinov2", 518, None, *(n.format("giant") for n in _DINOV2)),
+    *(entry for variant, size, data in (("DINOv3S16", "small", "lvd1689m"), ("DINOv3SPlus16", "small_plus", "lvd1689m"),
+                                         ("DINOv3B16", "base", "lvd1689m"), ("DINOv3L16", "large", "lvd1689m"),
+                                         ("DINOv3L16", "large", "sat493m"), ("DINOv3HPlus16", "huge_plus", "lvd1689m"))
+      for entry in _family(variant, "dinov3", 224, None, _DINOV3.format(size, data), license="dinov3-license")),
+    *_family("DINOv37B16", "dinov3", 224, None, "vit_7b_patch16_dinov3.lvd1689m", "vit_7b_patch16_dinov3.sat493m",
+             license="dinov3-license"),
     *_family("SigLIPB16", "siglip", 224, None, "google/siglip-base-patch16-224", url=_GOOGLE),
     *_family("SigLIPSo400m14", "siglip", 224, None, "google/siglip-so400m-patch14-224", url=_GOOGLE),
     # "384 px": its 27 x 27 patches cover 378 px (transformers' stride-14 convolution drops 6).

@@ -4,7 +4,9 @@
 "keras" format (`formats.keras`, `.weights.h5` / `.keras` files)."""
 
 from keras_vit.weights import stems
-from keras_vit.weights.canonical import ATTN, BLOCK, DIST, FC_NORM, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QKV, REG
+from keras_vit.weights.canonical import (
+    ATTN, BLOCK, DIST, FC_NORM, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QK_NORM, QKV, REG,
+)
 from keras_vit.weights.lazy import concat
 from keras_vit.weights.table import Row, Table, pairs
 from keras_vit.weights.transforms import bias_to_heads, flat, heads_of, heads_to_bias, join_rows, linear_to_heads, split_rows
@@ -14,8 +16,10 @@ BLOCK_PATH = "encoder/encoderblock_{i}/"
 NORM_VARIABLES = ("gamma", "beta")
 
 
-def _norm(canonical, path):
-    return pairs((canonical + "scale", path + "gamma"), (canonical + "bias", path + "beta"))
+def _norm(canonical, path, optional=False):
+    """A LayerNorm / RMSNorm: its `bias` (`beta`) absent in RMSNorm."""
+    return pairs((canonical + "scale", path + "gamma"), optional=optional) + pairs(
+        (canonical + "bias", path + "beta"), optional=True)
 
 
 def _qkv_kernel_to_canonical(arrays, heads):
@@ -103,15 +107,17 @@ TABLE = Table(
         Row(tuple(ATTN + f"{n}/kernel" for n in QKV), BLOCK_PATH + "attention/qkv/kernel",
             _qkv_kernel_to_canonical, _qkv_kernel_from_canonical),
         Row(tuple(ATTN + f"{n}/bias" for n in QKV), BLOCK_PATH + "attention/qkv/bias",
-            _qkv_bias_to_canonical, _qkv_bias_from_canonical),
+            _qkv_bias_to_canonical, _qkv_bias_from_canonical, optional=True),
         Row(ATTN + "out/kernel", BLOCK_PATH + "attention/out/kernel", _out_kernel_to_canonical, _out_kernel_from_canonical),
     )
-    + pairs((ATTN + "out/bias", BLOCK_PATH + "attention/out/bias"))
+    + pairs((ATTN + "out/bias", BLOCK_PATH + "attention/out/bias"), optional=True)
+    + _norm(QK_NORM[0], BLOCK_PATH + "attention/q_norm/", optional=True)
+    + _norm(QK_NORM[1], BLOCK_PATH + "attention/k_norm/", optional=True)
     + _norm(BLOCK + "LayerNorm_2/", BLOCK_PATH + "ln_2/")
-    + pairs(*((MLP + f"Dense_{j}/{p}", BLOCK_PATH + f"mlp/dense_{j}/{p}") for j in (0, 1) for p in ("kernel", "bias")))
-    + pairs(("Transformer/encoder_norm/scale", "encoder/encoder_norm/gamma"),
-            ("Transformer/encoder_norm/bias", "encoder/encoder_norm/beta"),
-            *zip(FC_NORM, ("fc_norm/gamma", "fc_norm/beta")), optional=True)
+    + pairs(*((MLP + f"Dense_{j}/kernel", BLOCK_PATH + f"mlp/dense_{j}/kernel") for j in (0, 1)))
+    + pairs(*((MLP + f"Dense_{j}/bias", BLOCK_PATH + f"mlp/dense_{j}/bias") for j in (0, 1)), optional=True)
+    + _norm("Transformer/encoder_norm/", "encoder/encoder_norm/", optional=True)
+    + _norm("fc_norm/", "fc_norm/", optional=True)
     + pairs(("pre_logits/kernel", "pre_logits/kernel"), ("pre_logits/bias", "pre_logits/bias"), optional=True)
     + pairs(("head/kernel", "head/kernel"), ("head/bias", "head/bias"), optional=True)
     + BIT_STEM

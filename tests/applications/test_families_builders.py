@@ -13,7 +13,8 @@ transformers = pytest.importorskip("transformers")
 
 # keras_vit name -> (transformers model class, config class, its arguments); what it has that
 # keras_vit's model has not: DINOv2's and DINOv3's mask token of width D, used only in pre-training;
-# what keras_vit's has that it has not: DINOv3's key bias, D per block (held at zero, `key_bias=False`).
+# what keras_vit's has that it has not: DINOv3's key bias, D per block (held at zero, `key_bias=False`;
+# none in the 7B/16, which has no q / k / v biases).
 REFERENCES = {
     "DeiTTi16": ("DeiTForImageClassificationWithTeacher", "DeiTConfig", dict(hidden_size=192, num_attention_heads=3, intermediate_size=768, num_labels=1000)),
     "DeiTS16": ("DeiTForImageClassificationWithTeacher", "DeiTConfig", dict(hidden_size=384, num_attention_heads=6, intermediate_size=1536, num_labels=1000)),
@@ -26,6 +27,7 @@ REFERENCES = {
        for name, d, n, h, m, gated in (("DINOv3S16", 384, 12, 6, 1536, False), ("DINOv3SPlus16", 384, 12, 6, 1536, True),
                                        ("DINOv3B16", 768, 12, 12, 3072, False), ("DINOv3L16", 1024, 24, 16, 4096, False),
                                        ("DINOv3HPlus16", 1280, 32, 20, 5120, True))},
+    "DINOv37B16": ("DINOv3ViTModel", "DINOv3ViTConfig", dict(hidden_size=4096, num_hidden_layers=40, num_attention_heads=32, intermediate_size=8192, use_gated_mlp=True, hidden_act="silu", num_register_tokens=4, query_bias=False, value_bias=False)),
     "SigLIPB16": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12, patch_size=16, image_size=224)),
     "SigLIPSo400m14": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, patch_size=14, image_size=224)),
     "SigLIPL16": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16, patch_size=16, image_size=256)),
@@ -37,7 +39,7 @@ PARAMETERS = {
     "DeiTTi16": 5_910_800, "DeiTS16": 22_436_432, "DeiTB16": 87_338_192,
     "DINOv2S14": 22_056_192, "DINOv2B14": 86_579_712, "DINOv2L14": 304_367_616, "DINOv2G14": 1_136_479_232,
     "DINOv3S16": 21_600_768, "DINOv3SPlus16": 28_697_088, "DINOv3B16": 85_668_864, "DINOv3L16": 303_153_152,
-    "DINOv3HPlus16": 840_632_320,
+    "DINOv3HPlus16": 840_632_320, "DINOv37B16": 6_716_030_976,
     "SigLIPB16": 92_884_224, "SigLIPSo400m14": 427_680_704,
     "SigLIPL16": 315_956_224, "SigLIPSo400m16": 427_888_064, "SigLIPG16": 1_163_168_256,
 }
@@ -48,7 +50,7 @@ def _reference_count(name):
     with torch.device("meta"):
         model = getattr(transformers, model_class)(getattr(transformers, config_class)(**args))
     count = sum(p.numel() for p in model.parameters())
-    if model_class == "DINOv3ViTModel":
+    if model_class == "DINOv3ViTModel" and args.get("query_bias", True):  # keras_vit's zero key bias
         count += args["hidden_size"] * args["num_hidden_layers"]
     return count - (args["hidden_size"] if model_class in ("Dinov2Model", "DINOv3ViTModel") else 0)
 

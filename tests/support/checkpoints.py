@@ -166,11 +166,23 @@ def timm_reference_logits(state_dict, images, num_heads, eps=1e-6):
     """A plain-torch forward of a timm ViT state dict, written from the documented math
     (exact GELU, fused qkv rows [q; k; v], LayerNorm eps 1e-6). `images` are NHWC. With
     `fc_norm.*` instead of `norm.*` (timm's `fc_norm`), the head reads the LayerNorm of the
-    mean of the patch tokens (`global_pool="avg"`), else the normed class token."""
+    mean of the patch tokens (`global_pool="avg"`), else the normed class token. The block
+    options as timm has them: a norm without `bias` is an RMSNorm (`torch.nn.RMSNorm`), a
+    projection without `bias` has none, `attn.q_norm` / `attn.k_norm` normalise each head's
+    queries / keys (`Attention(qk_norm=True)`)."""
     import torch
     import torch.nn.functional as F
 
     sd = {k: torch.from_numpy(np.asarray(v)) for k, v in state_dict.items()}
+
+    def norm(t, p):
+        if p + "bias" in sd:
+            return F.layer_norm(t, t.shape[-1:], sd[p + "weight"], sd[p + "bias"], eps)
+        return F.rms_norm(t, t.shape[-1:], sd[p + "weight"], eps)
+
+    def linear(t, p):
+        return F.linear(t, sd[p + "weight"], sd.get(p + "bias"))
+
     x = torch.from_numpy(images).permute(0, 3, 1, 2)
     weight = sd["patch_embed.proj.weight"]
     tokens = F.conv2d(x, weight, sd["patch_embed.proj.bias"], stride=weight.shape[-1]).flatten(2).transpose(1, 2)
@@ -179,20 +191,19 @@ def timm_reference_logits(state_dict, images, num_heads, eps=1e-6):
     depth = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
     for i in range(depth):
         p = f"blocks.{i}."
-        y = F.layer_norm(tokens, (width,), sd[p + "norm1.weight"], sd[p + "norm1.bias"], eps)
-        qkv = F.linear(y, sd[p + "attn.qkv.weight"], sd[p + "attn.qkv.bias"])
+        qkv = linear(norm(tokens, p + "norm1."), p + "attn.qkv.")
         q, k, v = qkv.reshape(batch, -1, 3, num_heads, width // num_heads).permute(2, 0, 3, 1, 4)
+        if p + "attn.q_norm.weight" in sd:
+            q, k = norm(q, p + "attn.q_norm."), norm(k, p + "attn.k_norm.")
         attn = torch.softmax(q @ k.transpose(-1, -2) * (width // num_heads) ** -0.5, dim=-1)
         y = (attn @ v).transpose(1, 2).reshape(batch, -1, width)
-        tokens = tokens + F.linear(y, sd[p + "attn.proj.weight"], sd[p + "attn.proj.bias"])
-        y = F.layer_norm(tokens, (width,), sd[p + "norm2.weight"], sd[p + "norm2.bias"], eps)
-        y = F.linear(F.gelu(F.linear(y, sd[p + "mlp.fc1.weight"], sd[p + "mlp.fc1.bias"])),
-                     sd[p + "mlp.fc2.weight"], sd[p + "mlp.fc2.bias"])
+        tokens = tokens + linear(y, p + "attn.proj.")
+        y = linear(F.gelu(linear(norm(tokens, p + "norm2."), p + "mlp.fc1.")), p + "mlp.fc2.")
         tokens = tokens + y
     if "fc_norm.weight" in sd:
-        pooled = F.layer_norm(tokens[:, 1:].mean(1), (width,), sd["fc_norm.weight"], sd["fc_norm.bias"], eps)
+        pooled = norm(tokens[:, 1:].mean(1), "fc_norm.")
     else:
-        pooled = F.layer_norm(tokens, (width,), sd["norm.weight"], sd["norm.bias"], eps)[:, 0]
+        pooled = norm(tokens, "norm.")[:, 0]
     return F.linear(pooled, sd["head.weight"], sd["head.bias"]).numpy()
 
 

@@ -31,8 +31,9 @@ def _save(folder, **options):
     return model
 
 
-@pytest.mark.parametrize("options", [{}, dict(use_gated_mlp=True, hidden_act="silu", rope_theta=50.0)],
-                         ids=["mlp", "swiglu"])
+@pytest.mark.parametrize("options", [{}, dict(use_gated_mlp=True, hidden_act="silu", rope_theta=50.0),
+                                     dict(proj_bias=False, mlp_bias=False)],
+                         ids=["mlp", "swiglu", "bias_free"])
 def test_dinov3_matches_transformers_at_three_sizes(tmp_path, options):
     reference = _save(tmp_path, **options)
     model = keras_vit.from_checkpoint(str(tmp_path), input_shape=(None, None, 3))
@@ -48,8 +49,8 @@ def test_dinov3_matches_transformers_at_three_sizes(tmp_path, options):
 
 
 def test_dinov3_options_keras_vit_cannot_run_are_refused_in_one_line(tmp_path):
-    _save(tmp_path, mlp_bias=False)
-    with pytest.raises(ValueError, match=r"mlp_bias=False; keras_vit reads mlp_bias=True only"):
+    _save(tmp_path, query_bias=False)
+    with pytest.raises(ValueError, match=r"query_bias=False; keras_vit reads query_bias=True only"):
         keras_vit.from_checkpoint(str(tmp_path))
 
 

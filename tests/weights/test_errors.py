@@ -53,10 +53,10 @@ def test_timm_keys_keras_vit_cannot_use_are_named(params, tmp_path):
     model = keras_vit.VisionTransformer(**TINY, classes=5, weights=_save(tmp_path, params))
     export(model, tmp_path / "timm.safetensors", format="timm")
     state = load_file(tmp_path / "timm.safetensors")
-    state["blocks.0.attn.q_norm.weight"] = np.ones(8, np.float32)  # timm's qk_norm, which keras_vit has not
-    save_file(state, tmp_path / "qk_norm.safetensors")
-    with pytest.raises(ValueError, match=r"keys keras_vit cannot map: 'blocks.0.attn.q_norm.weight'"):
-        keras_vit.VisionTransformer(**TINY, classes=5, weights=str(tmp_path / "qk_norm.safetensors"))
+    state["blocks.0.mlp.norm.weight"] = np.ones(8, np.float32)  # timm's `scale_mlp_norm`, which keras_vit has not
+    save_file(state, tmp_path / "mlp_norm.safetensors")
+    with pytest.raises(ValueError, match=r"keys keras_vit cannot map: 'blocks.0.mlp.norm.weight'"):
+        keras_vit.VisionTransformer(**TINY, classes=5, weights=str(tmp_path / "mlp_norm.safetensors"))
 
 
 class _Payload:

@@ -28,12 +28,11 @@ PIXELS = np.clip(RNG.normal([124, 116, 104], 60, (16, TINY_IMAGE, TINY_IMAGE, 3)
 
 def test_family_entries_name_their_model_and_preprocessing():
     family = [e for e in registry.entries() if e.variant in FAMILIES or e.name.startswith("deit")]
-    # DINOv3's files are gated (transformers) or in timm's layout, which keras_vit does not read yet.
-    unlisted = {name for name in FAMILIES if name.startswith("DINOv3")}
-    assert {e.variant for e in family} == {*FAMILIES, "ViTTi16", "ViTS16", "ViTB16"} - unlisted
+    assert {e.variant for e in family} == {*FAMILIES, "ViTTi16", "ViTS16", "ViTB16"}
     for e in family:
         args = {**VARIANTS, **FAMILIES}[e.variant]
-        assert e.resolution % args["patch_size"] == 0 and e.preprocessing in PREPROCESSING and e.license == "apache-2.0"
+        license = "dinov3-license" if e.variant.startswith("DINOv3") else "apache-2.0"
+        assert e.resolution % args["patch_size"] == 0 and e.preprocessing in PREPROCESSING and e.license == license
         assert e.url.startswith("https://huggingface.co/") and e.url.endswith("/resolve/main/model.safetensors")
     assert registry.find("imagenet", "DeiTB16").name == "deit_base_distilled_patch16_224.fb_in1k"
     assert registry.find("imagenet", "ViTB16").name == "augreg_in21k_ft_in1k_224"  # unchanged
@@ -41,6 +40,8 @@ def test_family_entries_name_their_model_and_preprocessing():
     assert (deit.variant, deit.preprocessing) == ("ViTB16", "deit")
     reg4 = registry.find("DINOv2B14/vit_base_patch14_reg4_dinov2.lvd142m")
     assert (reg4.resolution, reg4.classes, reg4.preprocessing) == (518, None, "dinov2")
+    dinov3 = registry.find("vit_large_patch16_dinov3_qkvb.sat493m")
+    assert (dinov3.variant, dinov3.preprocessing, dinov3.license) == ("DINOv3L16", "dinov3", "dinov3-license")
     siglip = registry.find("siglip-so400m-patch14-384")
     assert (siglip.variant, siglip.resolution, siglip.preprocessing) == ("SigLIPSo400m14", 378, "siglip")
     assert siglip.url == "https://huggingface.co/google/siglip-so400m-patch14-384/resolve/main/model.safetensors"

@@ -136,7 +136,7 @@ def test_a_format_registered_in_the_list_is_detected_converted_and_exported(with
 def test_without_the_format_its_files_are_not_recognised(tmp_path, rng):
     params = original_npz_params(rng, **TINY)
     np.savez(tmp_path / "toy.npz", **{"toy." + k.replace("/", "."): v for k, v in params.items()})
-    with pytest.raises(ValueError, match=r"unrecognised checkpoint layout .*expected one of the formats original, timm"):
+    with pytest.raises(ValueError, match=r"unrecognised checkpoint layout .*expected one of the formats original, .*timm, "):
         read_checkpoint(tmp_path / "toy.npz")
 
 

@@ -8,10 +8,11 @@ imports Keras.
 
 import os
 
-from keras_vit.weights.formats import hf_families, keras, kerashub, kerashub_families, original, timm
+from keras_vit.weights.formats import dinov3, hf_families, keras, kerashub, kerashub_families, original, timm
 
 FORMATS = [
     original.FORMAT,
+    dinov3.FORMAT,
     timm.FORMAT,
     hf_families.DEIT,
     hf_families.DINOV3,

@@ -29,6 +29,9 @@ from keras_vit.interpolation import DEFAULT
 from keras_vit.weights import stems
 from keras_vit.weights.table import Table
 
+# The builder options of issue 31 a checkpoint holds in its keys (`Checkpoint.architecture`).
+BLOCK_OPTIONS = ("qk_norm", "norm", "qkv_bias", "proj_bias", "mlp_bias")
+
 
 @dataclasses.dataclass(frozen=True)
 class Format:
@@ -39,7 +42,10 @@ class Format:
     `export(format=)` / `convert --format` (default `name`). `canonical_keys`: its keys are the
     canonical ones, so the keys of registered stems pass through as they are.
     `interpolation`: how its library resizes position embeddings (a name of
-    `keras_vit.interpolation.INTERPOLATIONS`), unless the file's `Metadata` says otherwise."""
+    `keras_vit.interpolation.INTERPOLATIONS`), unless the file's `Metadata` says otherwise.
+    `writes_rope`: `write` records rotary position embeddings and the dropped key bias (DINOv3).
+    `block_options`: the block options (`BLOCK_OPTIONS`) `write` records when they differ from
+    the default (the others are refused, not written as another model)."""
 
     name: str
     table: Table
@@ -52,6 +58,8 @@ class Format:
     export_name: Optional[str] = None
     canonical_keys: bool = False
     interpolation: str = DEFAULT
+    writes_rope: bool = False
+    block_options: tuple = ()
 
     @property
     def option(self):

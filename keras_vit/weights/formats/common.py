@@ -10,9 +10,11 @@ from keras_vit.weights.table import Row, pairs
 from keras_vit.weights.transforms import conv_from_canonical, conv_to_canonical, heads_to_out, out_to_heads, transpose
 
 
-def norm_rows(canonical, theirs, weight="weight", bias="bias"):
-    """A LayerNorm: canonical `scale`, `bias` <-> `theirs + weight`, `theirs + bias`."""
-    return pairs((canonical + "scale", theirs + weight), (canonical + "bias", theirs + bias))
+def norm_rows(canonical, theirs, weight="weight", bias="bias", optional=False):
+    """A LayerNorm: canonical `scale`, `bias` <-> `theirs + weight`, `theirs + bias`; an RMSNorm
+    has no bias."""
+    return pairs((canonical + "scale", theirs + weight), optional=optional) + pairs(
+        (canonical + "bias", theirs + bias), optional=True)
 
 
 def linear_row(canonical, theirs, optional=False):
@@ -22,8 +24,15 @@ def linear_row(canonical, theirs, optional=False):
     )
 
 
+def bias_free_linear_rows(canonical, theirs):
+    """A Dense layer whose bias may be absent (`qkv_bias`, `proj_bias`, `mlp_bias` False)."""
+    return (Row(canonical + "kernel", theirs + "weight", transpose, transpose),
+            *pairs((canonical + "bias", theirs + "bias"), optional=True))
+
+
 def torch_rows(patch, cls, pos, ln1, ln2, out, fc1, fc2, norm, pre_logits, head):
-    """The rows of a PyTorch ViT state dict except the q/k/v projections, from its names
+    """The rows of a PyTorch ViT state dict except the q/k/v projections (biases and norm
+    biases optional: the bias-free / RMSNorm models), from its names
     (`cls`, `pre_logits`, `head` None: a family without them; `norm` None: the format gives
     its final LayerNorm's rows itself)."""
     rows = (
@@ -31,10 +40,10 @@ def torch_rows(patch, cls, pos, ln1, ln2, out, fc1, fc2, norm, pre_logits, head)
         *pairs(("embedding/bias", patch + "bias"), (POSEMB, pos)),
         *norm_rows(BLOCK + "LayerNorm_0/", ln1),
         Row(ATTN + "out/kernel", out + "weight", out_to_heads, heads_to_out),
-        *pairs((ATTN + "out/bias", out + "bias")),
+        *pairs((ATTN + "out/bias", out + "bias"), optional=True),
         *norm_rows(BLOCK + "LayerNorm_2/", ln2),
-        linear_row(MLP + "Dense_0/", fc1),
-        linear_row(MLP + "Dense_1/", fc2),
+        *bias_free_linear_rows(MLP + "Dense_0/", fc1),
+        *bias_free_linear_rows(MLP + "Dense_1/", fc2),
         *(norm_rows("Transformer/encoder_norm/", norm) if norm else ()),
     )
     optional = (

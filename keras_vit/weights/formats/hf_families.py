@@ -152,7 +152,8 @@ def prepare_dinov2(raw):
 
 
 # `DINOv3ViTConfig` fields keras_vit's blocks have no switch for, with the value they need.
-_DINOV3_FIXED = dict(query_bias=True, key_bias=False, value_bias=True, proj_bias=True, mlp_bias=True)
+# (`proj_bias` / `mlp_bias` False: files without those biases, read as `proj_bias` / `mlp_bias=False`.)
+_DINOV3_FIXED = dict(query_bias=True, key_bias=False, value_bias=True)
 
 
 def prepare_dinov3(raw):

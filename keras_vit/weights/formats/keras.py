@@ -8,7 +8,7 @@ import re
 
 from keras_vit.files import atomic_path
 from keras_vit.weights.canonical import Metadata
-from keras_vit.weights.formats.base import Format
+from keras_vit.weights.formats.base import BLOCK_OPTIONS, Format
 from keras_vit.weights.variables import NORM_VARIABLES, TABLE
 
 # The variable names of a layer, in storage order, by the layer's name.
@@ -82,4 +82,5 @@ FORMAT = Format(
     metadata=metadata,
     write=write,
     suffixes=(".keras", ".weights.h5"),
+    block_options=BLOCK_OPTIONS,
 )

@@ -1,5 +1,6 @@
 """KerasHub presets of the plain-ViT families beyond the paper (SPEC section 7): DeiT
-(`keras_hub.models.DeiTBackbone`, `DeiTImageClassifier`), DINOv2 (`DINOV2Backbone`) and the
+(`keras_hub.models.DeiTBackbone`, `DeiTImageClassifier`), DINOv2 (`DINOV2Backbone`), DINOv3
+(`DINOV3Backbone`: rope, no key bias, a gated MLP's `gate_proj` / `up_proj` packed) and the
 SigLIP image tower (`SigLIPVisionEncoder`, alone or as the `vision_encoder` of a
 `SigLIPBackbone`, whose text tower is left out). Read only: a preset folder, a `.weights.h5`
 or a `.keras` file, as for KerasHub's ViT (`formats.kerashub`).
@@ -15,11 +16,15 @@ LayerNorm epsilon, GELU flavour and resolution; a bare `.weights.h5` gives none 
 import dataclasses
 from typing import Callable
 
+import numpy as np
+
 from keras_vit.weights.canonical import ATTN, BLOCK, DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QKV, REG, Metadata
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.formats.common import config_pair
 from keras_vit.weights.formats.kerashub import layer_rows, posemb_from_canonical, posemb_to_canonical, preset_configs
+from keras_vit.weights.lazy import LazyArray, concat
 from keras_vit.weights.table import Row, Table, pairs
+from keras_vit.weights.transforms import bias_to_heads, heads_to_bias, heads_of
 
 NORM = ("scale", "bias")
 DROPPED = None  # an embedding variable keras_vit's model has no use for (a mask token, a resized copy)
@@ -50,6 +55,33 @@ def _dinov2_embedding_names(shapes):
     return ["cls_token", *middle, DROPPED, "position_embeddings"][: len(shapes)]
 
 
+def _dinov3_embedding_names(shapes):
+    """Class token, mask token (`(1, 1, D)`, if used), registers (`(1, R, D)`, if any)."""
+    rest = ["register_tokens" if i == len(shapes) - 1 and (len(shapes) == 3 or s[1] > 1) else DROPPED
+            for i, s in enumerate(shapes[1:], 1)]
+    return ["cls_token", *rest]
+
+
+def _dense_to_heads(arrays, heads):
+    """A q / k / v `Dense` kernel `(D, D)` and bias `(D,)` -> `(D, heads, D // heads)`, `(heads, D // heads)`."""
+    kernel, bias = arrays
+    return [kernel.reshape(kernel.shape[0], heads_of(kernel, heads, "attention"), -1), *bias_to_heads([bias], heads)]
+
+
+def _heads_to_dense(arrays, heads):
+    kernel, bias = arrays
+    return [kernel.reshape(kernel.shape[0], -1), *heads_to_bias([bias], heads)]
+
+
+def _out_to_heads(arrays, heads):
+    kernel = arrays[0]
+    return [kernel.reshape(heads_of(kernel, heads, "attention"), -1, kernel.shape[1])]
+
+
+def _heads_to_out(arrays, heads):
+    return [arrays[0].reshape(-1, arrays[0].shape[-1])]
+
+
 def _deit_embedding_names(shapes):
     """Mask token (if used), class and distillation tokens, position embeddings."""
     return [DROPPED] * (len(shapes) - 3) + ["class_token", "distillation_token", "position_embedding"]
@@ -68,6 +100,30 @@ def _deit_refusal(backbone, task):
     if backbone.get("use_mha_bias") is False:
         return "a DeiTBackbone with use_mha_bias=False; keras_vit's attention has biases"
     return None
+
+
+def _dinov3_refusal(backbone, task):
+    """Why keras_vit cannot run this DINOv3 exactly as keras-hub does, or None."""
+    if backbone.get("use_query_bias", True) != backbone.get("use_value_bias", True):
+        return "a DINOV3Backbone with a bias on the queries or the values only; keras_vit's qkv_bias has both or none"
+    expected = "silu" if backbone.get("use_gated_mlp") else "gelu"  # keras_vit's SwiGLU / exact GELU MLP
+    if backbone.get("hidden_activation", "gelu") != expected:
+        return f"a DINOV3Backbone with hidden_activation={backbone['hidden_activation']!r}; keras_vit runs {expected!r} there"
+    return None
+
+
+def _dinov3_tensors(tensors):
+    """A zero key bias where the keys have none (`key_bias=False` drops it; with query / value
+    biases only), a gated MLP's `gate_proj` and `up_proj` packed `[gate | value]` as `up_proj`."""
+    for key in [k for k in tensors if k.endswith("/attention/q_proj/vars/1")]:
+        k_bias = key.replace("/q_proj/", "/k_proj/")
+        if k_bias not in tensors:
+            tensors[k_bias] = LazyArray.wrap(np.zeros(tensors[key].shape, np.float32), "zero key bias")
+    for key in [k for k in tensors if "/mlp/gate_proj/" in k]:
+        up = key.replace("/gate_proj/", "/up_proj/")
+        if up in tensors:  # else the table names the unmatched key
+            tensors[up] = concat([tensors.pop(key), tensors[up]], axis=len(tensors[up].shape) - 1)
+    return tensors
 
 
 def _siglip_refusal(backbone, task):
@@ -92,6 +148,25 @@ DINOV2_TABLE = Table(
     + pairs((REG, "embeddings/register_tokens"), optional=True)
     + _block_rows(DINOV2_BLOCK, "norm1/", "attention/attention/", "norm2/", "mlp/fc1/", "mlp/fc2/")
     + pairs(*((LAYER_SCALE[j], DINOV2_BLOCK + f"layer_scale{j + 1}/vars/0") for j in (0, 1)))
+    + layer_rows("Transformer/encoder_norm/", "layernorm/", NORM)
+)
+
+DINOV3_TABLE = Table(
+    layer_rows("embedding/", "embeddings/patch_embeddings/projection/")
+    + pairs(("cls", "embeddings/cls_token"))
+    + pairs((REG, "embeddings/register_tokens"), optional=True)
+    + layer_rows(BLOCK + "LayerNorm_0/", DINOV2_BLOCK + "norm1/", NORM)
+    + tuple(Row((ATTN + f"{n}/kernel", ATTN + f"{n}/bias"), (DINOV2_BLOCK + f"attention/{t}_proj/vars/0",
+                DINOV2_BLOCK + f"attention/{t}_proj/vars/1"), _dense_to_heads, _heads_to_dense)
+            for n, t in zip(QKV, "qkv"))
+    + (Row(ATTN + "out/kernel", DINOV2_BLOCK + "attention/o_proj/vars/0", _out_to_heads, _heads_to_out),)
+    + pairs((ATTN + "out/bias", DINOV2_BLOCK + "attention/o_proj/vars/1"), optional=True)
+    + layer_rows(BLOCK + "LayerNorm_2/", DINOV2_BLOCK + "norm2/", NORM)
+    + pairs(*((LAYER_SCALE[j], DINOV2_BLOCK + f"layer_scale{j + 1}/vars/0") for j in (0, 1)))
+    + pairs((MLP + "Dense_0/kernel", DINOV2_BLOCK + "mlp/up_proj/vars/0"),
+            (MLP + "Dense_1/kernel", DINOV2_BLOCK + "mlp/down_proj/vars/0"))
+    + pairs((MLP + "Dense_0/bias", DINOV2_BLOCK + "mlp/up_proj/vars/1"),
+            (MLP + "Dense_1/bias", DINOV2_BLOCK + "mlp/down_proj/vars/1"), optional=True)
     + layer_rows("Transformer/encoder_norm/", "layernorm/", NORM)
 )
 
@@ -144,11 +219,14 @@ class _Family:
     aliases: tuple = ()
     activation: str = "gelu"
     refusal: Callable = lambda backbone, task: None
+    tensors: Callable = lambda tensors: tensors  # a last clean-up of the named tensors
 
 
 DINOV2 = _Family("DINOv2", DINOV2_TABLE, ("DINOV2Backbone",), "embeddings", "patch_embeddings/projection/vars/0",
                  "layernorm", _dinov2_embedding_names, "dinov2", grid_from="position_embedding_shape",
                  aliases=(("/mlp/weights_in/", "/mlp/fc1/"), ("/mlp/weights_out/", "/mlp/fc2/")))  # SwiGLU
+DINOV3 = _Family("DINOv3", DINOV3_TABLE, ("DINOV3Backbone",), "embeddings", "patch_embeddings/projection/vars/0",
+                 "layernorm", _dinov3_embedding_names, "dinov3", refusal=_dinov3_refusal, tensors=_dinov3_tensors)
 DEIT = _Family("DeiT", DEIT_TABLE, ("DeiTBackbone", "DeiTImageClassifier"), "deit_patching_and_embedding",
                "patch_embedding/vars/0", "deit_encoder", _deit_embedding_names, "deit", head=("predictions",),
                refusal=_deit_refusal)
@@ -230,7 +308,7 @@ def _preparer(family):
         for name, value in zip(family.embedding_names([v.shape for v in values]), values):
             if name is not DROPPED:
                 tensors[f"{family.embedding}/{name}"] = value
-        return tensors
+        return family.tensors(tensors)
 
     return prepare
 
@@ -243,14 +321,17 @@ def _metadata(family):
             patch = config_pair(backbone["patch_size"], "patch_size", raw.path)
             image = config_pair(backbone[family.grid_from], family.grid_from, raw.path, length=3)
             grid = tuple(s // p for s, p in zip(image, patch))
+        rope = family is DINOV3
         return Metadata(
             approximate_gelu=backbone.get("intermediate_activation", family.activation) == "gelu_approximate",
             num_heads=backbone.get("num_heads"),
             grid=grid,
-            layer_norm_epsilon=backbone.get("layer_norm_epsilon", 1e-6),
+            layer_norm_epsilon=backbone.get("layer_norm_eps" if rope else "layer_norm_epsilon", 1e-5 if rope else 1e-6),
             pooling="token" if "predictions/vars/0" in tensors else None,
             preprocessing=family.preprocessing,
             interpolation="bicubic_antialias" if backbone.get("antialias_in_interpolation") else None,
+            rope_theta=backbone.get("rope_theta", 100.0) if rope else None,
+            key_bias=bool(backbone.get("use_key_bias", True)) if rope else None,
         )
 
     return metadata
@@ -262,5 +343,5 @@ def _metadata(family):
 FORMATS = [
     Format(name=f"kerashub_{family.name.lower()}", table=family.table, detect=_detector(family),
            prepare=_preparer(family), metadata=_metadata(family), interpolation="bicubic")
-    for family in (DEIT, DINOV2, SIGLIP)
+    for family in (DEIT, DINOV2, DINOV3, SIGLIP)
 ]

@@ -9,9 +9,9 @@ import math
 import numpy as np
 
 from keras_vit.weights import containers
-from keras_vit.weights.canonical import ATTN, DIST, FC_NORM, LAYER_SCALE, MAP, MAP_ATTN, POSEMB, QKV, REG, Metadata
-from keras_vit.weights.formats.base import Format
-from keras_vit.weights.formats.common import linear_row, torch_rows, with_class_row
+from keras_vit.weights.canonical import ATTN, DIST, LAYER_SCALE, MAP, MAP_ATTN, POSEMB, QK_NORM, QKV, REG, Metadata
+from keras_vit.weights.formats.base import BLOCK_OPTIONS, Format
+from keras_vit.weights.formats.common import linear_row, norm_rows, torch_rows, with_class_row
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.table import Row, Table, pairs
 from keras_vit.weights.transforms import (
@@ -41,6 +41,22 @@ def fused_qkv_from_canonical(arrays, heads):
     return join_rows(weights, heads) + join_rows(biases, heads)
 
 
+def _fused_kernel_to_canonical(arrays, heads):
+    return linear_to_heads(split_rows(arrays, heads), heads)
+
+
+def _fused_kernel_from_canonical(arrays, heads):
+    return join_rows(heads_to_linear(arrays, heads), heads)
+
+
+def _fused_bias_to_canonical(arrays, heads):
+    return bias_to_heads(split_rows(arrays, heads), heads)
+
+
+def _fused_bias_from_canonical(arrays, heads):
+    return join_rows(heads_to_bias(arrays, heads), heads)
+
+
 def _fused_kv_to_canonical(arrays, heads):
     weights, biases = split_rows(arrays[:1], heads, parts=2), split_rows(arrays[1:], heads, parts=2)
     return linear_to_heads(weights, heads) + bias_to_heads(biases, heads)
@@ -68,11 +84,7 @@ ATTENTION_POOL = (
 
 # The final LayerNorm: `norm` on the tokens, or `fc_norm` on the pooled features (timm's
 # `fc_norm=True`, the default of its `global_pool="avg"` models), one of them.
-FINAL_NORM = (
-    Row(("Transformer/encoder_norm/scale", "Transformer/encoder_norm/bias"), ("norm.weight", "norm.bias"),
-        None, flat, optional=True),
-    Row(FC_NORM, ("fc_norm.weight", "fc_norm.bias"), None, flat, optional=True),
-)
+FINAL_NORM = norm_rows("Transformer/encoder_norm/", "norm.", optional=True) + norm_rows("fc_norm/", "fc_norm.", optional=True)
 
 # DeiT's distillation token and head, DINOv2's registers, LayerScale (DeiT III, DINOv2).
 FAMILY_ROWS = (
@@ -108,13 +120,13 @@ TABLE = Table(
         "blocks.{i}.attn.proj.", "blocks.{i}.mlp.fc1.", "blocks.{i}.mlp.fc2.", None, "pre_logits.fc.", "head.",
     )
     + (
-        Row(
-            tuple(ATTN + f"{n}/kernel" for n in QKV) + tuple(ATTN + f"{n}/bias" for n in QKV),
-            ("blocks.{i}.attn.qkv.weight", "blocks.{i}.attn.qkv.bias"),
-            fused_qkv_to_canonical,
-            fused_qkv_from_canonical,
-        ),
+        Row(tuple(ATTN + f"{n}/kernel" for n in QKV), "blocks.{i}.attn.qkv.weight", _fused_kernel_to_canonical,
+            _fused_kernel_from_canonical),
+        Row(tuple(ATTN + f"{n}/bias" for n in QKV), "blocks.{i}.attn.qkv.bias", _fused_bias_to_canonical,
+            _fused_bias_from_canonical, optional=True),
     )
+    + norm_rows(QK_NORM[0], "blocks.{i}.attn.q_norm.", optional=True)
+    + norm_rows(QK_NORM[1], "blocks.{i}.attn.k_norm.", optional=True)
     + BIT_STEM
     + ATTENTION_POOL
     + FAMILY_ROWS
@@ -175,4 +187,5 @@ FORMAT = Format(
     write=write,
     suffixes=(".safetensors",),
     interpolation="bicubic_antialias",  # resample_abs_pos_embed, resample_patch_embed
+    block_options=BLOCK_OPTIONS,
 )
