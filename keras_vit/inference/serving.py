@@ -4,6 +4,9 @@ model of any size (`input_shape=(None, None, 3)`) the height and width, dynamic.
 
 - SavedModel: Keras' own `model.export(format="tf_saved_model")` (TensorFlow and JAX
   backends); on PyTorch the `.keras` file is exported by a TensorFlow-backend subprocess.
+  From JAX, jax2tf traces a dynamic height and width as multiples of the patch size
+  (`_jax_shapes`): as free symbols the token count `(h - p) // p + 1` could be negative to
+  jax2tf, which then cannot decide the token reshape.
 - ONNX: Keras' own `model.export(format="onnx")` where its converter is installed
   (tf2onnx / jax2onnx); otherwise the PyTorch backend's `torch.onnx` dynamo exporter with a
   dynamic batch axis (in a PyTorch-backend subprocess when the current backend is another).
@@ -114,6 +117,15 @@ def _torch_dims(model):
     return axes
 
 
+def _jax_shapes(model):
+    """jax2tf's `polymorphic_shapes` of the image input: the batch, and for a model of any size
+    its height and width as multiples of the patch size (and stem stride), as `_torch_dims`."""
+    height, width, channels = model.inputs[0].shape[1:]
+    step = _size_step(model)
+    rows, cols = (f"{step}*{name}" if dim is None else str(dim) for dim, name in ((height, "rows"), (width, "cols")))
+    return [f"(batch, {rows}, {cols}, {channels})"]
+
+
 def _run_in_backend(backend, fmt, model_path, output):
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
     command = [sys.executable, "-m", "keras_vit.inference.serving", fmt, model_path, output]
@@ -176,7 +188,8 @@ def _write(model, fmt, output):
     if backend not in SPECS[fmt].writers:
         return False
     if fmt == "saved_model":
-        model.export(output, format="tf_saved_model", verbose=False)
+        options = {"jax2tf_kwargs": {"polymorphic_shapes": _jax_shapes(model)}} if backend == "jax" else {}
+        model.export(output, format="tf_saved_model", verbose=False, **options)
     elif fmt == "openvino":
         os.makedirs(output)
         model.export(os.path.join(output, "model.xml"), format="openvino", verbose=False)

@@ -1,6 +1,6 @@
-"""`keras-vit export --format litert | openvino | torch`: each artefact, run in its own runtime,
-gives the Keras model's outputs at sizes and batch sizes it was not traced at; a missing
-writer is refused in one line; what an export may replace."""
+"""`keras-vit export --format litert | openvino | torch`, and SavedModel from TensorFlow and JAX:
+each artefact, run in its own runtime, gives the Keras model's outputs at sizes and batch sizes
+it was not traced at; a missing writer is refused in one line; what an export may replace."""
 
 import os
 
@@ -11,6 +11,7 @@ import pytest
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.inference import serving
+from tests.support import BACKEND
 
 NEW_FORMATS = ("litert", "openvino", "torch")
 RUNTIMES = {"litert": "ai_edge_litert", "openvino": "openvino", "torch": "torch"}
@@ -41,15 +42,29 @@ def test_litert_openvino_and_torch_exports_match_the_model_at_other_sizes(any_si
     for fmt in NEW_FORMATS:
         path = out + serving.SPECS[fmt].suffix
         assert serving.is_export(fmt, path) == (fmt != "litert")
-        for shape, count in (((48, 80, 3), 5), ((32, 32, 3), 1)):  # neither size nor batch checked at export
-            images = serving.sample_images(model, count=count, seed=1, shape=shape)
-            expected = keras.ops.convert_to_numpy(model(images, training=False))
-            got = serving.run_exported(fmt, path, images)
-            assert got.shape == (count, 5)
-            np.testing.assert_allclose(got, expected, atol=1e-4, err_msg=fmt)
-            assert np.abs(expected).max() > 0.1  # a non-trivial head
+        assert_runs_at_other_sizes(fmt, path, model)
     assert sorted(os.listdir(tmp_path)) == ["vit.openvino", "vit.pt2", "vit.tflite"]  # no temporary left
     assert sorted(os.listdir(out + ".openvino")) == ["keras_vit_export.json", "model.bin", "model.xml"]
+
+
+def assert_runs_at_other_sizes(fmt, path, model):
+    for shape, count in (((48, 80, 3), 5), ((32, 32, 3), 1)):  # neither size nor batch checked at export
+        images = serving.sample_images(model, count=count, seed=1, shape=shape)
+        expected = keras.ops.convert_to_numpy(model(images, training=False))
+        got = serving.run_exported(fmt, path, images)
+        assert got.shape == (count, 5)
+        np.testing.assert_allclose(got, expected, atol=1e-4, err_msg=fmt)
+        assert np.abs(expected).max() > 0.1  # a non-trivial head
+
+
+@pytest.mark.skipif(BACKEND == "torch", reason="from PyTorch a TensorFlow process writes it (the TensorFlow run)")
+def test_saved_model_of_an_any_size_model_written_here_runs_at_other_sizes(any_size_model, tmp_path, capsys):
+    """From JAX, jax2tf traces the height and width as multiples of the patch size (free symbols
+    would stop it at the token reshape)."""
+    out = str(tmp_path / "vit")
+    assert main(["export", str(any_size_model), "--format", "saved_model", "--output", out]) == 0
+    assert "outputs match the Keras model within" in capsys.readouterr().out
+    assert_runs_at_other_sizes("saved_model", out, keras.saving.load_model(any_size_model))
 
 
 def test_litert_without_tensorflow_is_refused_in_one_line(any_size_model, tmp_path, capsys, monkeypatch):
