@@ -40,6 +40,7 @@ import numpy as np
 
 import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
 from keras_vit.files import atomic_path, check_target
+from keras_vit.inference.quantization import MODES, quantized_copy
 from keras_vit.run_folder import load_keras_file
 
 
@@ -71,6 +72,14 @@ SPECS = {
 }
 FORMATS = tuple(SPECS)
 REQUIRED_ENTRY = {"saved_model": "saved_model.pb", "openvino": "model.xml"}
+# Quantized models a format cannot hold (found with ai-edge-litert 2.3.0 and openvino 2026.4.1):
+# refused before anything is written. The others are verified against the quantized model.
+UNQUANTIZABLE = {
+    ("litert", "int8"): "LiteRT's fully_connected takes no int8 tensors, which Keras' int8 matmuls multiply",
+    ("litert", "float8"): "LiteRT has no float8 type",
+    ("openvino", "int8"): "OpenVINO's CPU plugin runs Keras' int8 matmuls about 1 off the quantized model",
+    ("openvino", "float8"): "OpenVINO's CPU plugin cannot convert to float8",
+}
 
 
 class ExportMismatch(ValueError):
@@ -291,6 +300,15 @@ def check_requirements(fmt, verify_outputs=True):
         )
 
 
+def check_quantize(fmt, quantize):
+    """Raises ValueError (one line) if `fmt` cannot hold a model quantized to `quantize`."""
+    why = UNQUANTIZABLE.get((fmt, quantize))
+    if why:
+        held = [mode for mode in MODES if (fmt, mode) not in UNQUANTIZABLE]
+        raise ValueError(f"--quantize {quantize} cannot be exported as {fmt}: {why}; {fmt} takes --quantize "
+                         f"{', '.join(held)}.")
+
+
 def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=False, quantize=None):
     """Writes `model` (a `keras.Model` or a `.keras` path) as `fmt` to `output`; returns the
     largest absolute difference found by `verify` (None when not verified). What is at
@@ -299,12 +317,11 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     quantized copy (see `keras_vit.inference.quantization`), verified against that copy."""
     model_path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
     check_requirements(fmt, verify_outputs)
+    check_quantize(fmt, quantize)
     check_output(fmt, output, model_path, overwrite)
     if model_path is not None:
         model = load_keras_file(model_path)
     if quantize is not None:
-        from keras_vit.inference.quantization import quantized_copy
-
         model, model_path = quantized_copy(model, quantize), None
     error = None
     with atomic_path(output) as tmp:
