@@ -40,7 +40,6 @@ import numpy as np
 
 import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
 from keras_vit.files import atomic_path, check_target
-from keras_vit.inference.quantization import MODES, quantized_copy
 from keras_vit.run_folder import load_keras_file
 
 
@@ -304,6 +303,8 @@ def check_quantize(fmt, quantize):
     """Raises ValueError (one line) if `fmt` cannot hold a model quantized to `quantize`."""
     why = UNQUANTIZABLE.get((fmt, quantize))
     if why:
+        from keras_vit.inference.quantization import MODES
+
         held = [mode for mode in MODES if (fmt, mode) not in UNQUANTIZABLE]
         raise ValueError(f"--quantize {quantize} cannot be exported as {fmt}: {why}; {fmt} takes --quantize "
                          f"{', '.join(held)}.")
@@ -322,6 +323,8 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     if model_path is not None:
         model = load_keras_file(model_path)
     if quantize is not None:
+        from keras_vit.inference.quantization import quantized_copy
+
         model, model_path = quantized_copy(model, quantize), None
     error = None
     with atomic_path(output) as tmp:
