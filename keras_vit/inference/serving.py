@@ -4,6 +4,9 @@ model of any size (`input_shape=(None, None, 3)`) the height and width, dynamic.
 
 - SavedModel: Keras' own `model.export(format="tf_saved_model")` (TensorFlow and JAX
   backends); on PyTorch the `.keras` file is exported by a TensorFlow-backend subprocess.
+  From JAX, jax2tf traces a dynamic height and width as multiples of the patch size
+  (`_jax_shapes`): as free symbols the token count `(h - p) // p + 1` could be negative to
+  jax2tf, which then cannot decide the token reshape.
 - ONNX: Keras' own `model.export(format="onnx")` where its converter is installed
   (tf2onnx / jax2onnx); otherwise the PyTorch backend's `torch.onnx` dynamo exporter with a
   dynamic batch axis (in a PyTorch-backend subprocess when the current backend is another).
@@ -69,6 +72,14 @@ SPECS = {
 }
 FORMATS = tuple(SPECS)
 REQUIRED_ENTRY = {"saved_model": "saved_model.pb", "openvino": "model.xml"}
+# Quantized models a format cannot hold (found with ai-edge-litert 2.3.0 and openvino 2026.4.1):
+# refused before anything is written. The others are verified against the quantized model.
+UNQUANTIZABLE = {
+    ("litert", "int8"): "LiteRT's fully_connected takes no int8 tensors, which Keras' int8 matmuls multiply",
+    ("litert", "float8"): "LiteRT has no float8 type",
+    ("openvino", "int8"): "OpenVINO's CPU plugin runs Keras' int8 matmuls about 1 off the quantized model",
+    ("openvino", "float8"): "OpenVINO's CPU plugin cannot convert to float8",
+}
 
 
 class ExportMismatch(ValueError):
@@ -113,6 +124,15 @@ def _torch_dims(model):
     axes.update({1: step * torch.export.Dim("rows", min=1, max=1024)} if height is None else {})
     axes.update({2: step * torch.export.Dim("cols", min=1, max=1024)} if width is None else {})
     return axes
+
+
+def _jax_shapes(model):
+    """jax2tf's `polymorphic_shapes` of the image input: the batch, and for a model of any size
+    its height and width as multiples of the patch size (and stem stride), as `_torch_dims`."""
+    height, width, channels = model.inputs[0].shape[1:]
+    step = _size_step(model)
+    rows, cols = (f"{step}*{name}" if dim is None else str(dim) for dim, name in ((height, "rows"), (width, "cols")))
+    return [f"(batch, {rows}, {cols}, {channels})"]
 
 
 def _run_in_backend(backend, fmt, model_path, output):
@@ -177,7 +197,8 @@ def _write(model, fmt, output):
     if backend not in SPECS[fmt].writers:
         return False
     if fmt == "saved_model":
-        model.export(output, format="tf_saved_model", verbose=False)
+        options = {"jax2tf_kwargs": {"polymorphic_shapes": _jax_shapes(model)}} if backend == "jax" else {}
+        model.export(output, format="tf_saved_model", verbose=False, **options)
     elif fmt == "openvino":
         os.makedirs(output)
         model.export(os.path.join(output, "model.xml"), format="openvino", verbose=False)
@@ -279,6 +300,17 @@ def check_requirements(fmt, verify_outputs=True):
         )
 
 
+def check_quantize(fmt, quantize):
+    """Raises ValueError (one line) if `fmt` cannot hold a model quantized to `quantize`."""
+    why = UNQUANTIZABLE.get((fmt, quantize))
+    if why:
+        from keras_vit.inference.quantization import MODES
+
+        held = [mode for mode in MODES if (fmt, mode) not in UNQUANTIZABLE]
+        raise ValueError(f"--quantize {quantize} cannot be exported as {fmt}: {why}; {fmt} takes --quantize "
+                         f"{', '.join(held)}.")
+
+
 def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=False, quantize=None):
     """Writes `model` (a `keras.Model` or a `.keras` path) as `fmt` to `output`; returns the
     largest absolute difference found by `verify` (None when not verified). What is at
@@ -287,6 +319,7 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     quantized copy (see `keras_vit.inference.quantization`), verified against that copy."""
     model_path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
     check_requirements(fmt, verify_outputs)
+    check_quantize(fmt, quantize)
     check_output(fmt, output, model_path, overwrite)
     if model_path is not None:
         model = load_keras_file(model_path)
@@ -347,13 +380,22 @@ def run_exported(fmt, path, images):
     return session.run(None, {session.get_inputs()[0].name: images})[0]
 
 
+def keras_outputs(model, images):
+    """The Keras model's outputs on `images` (NumPy). Under JAX one compiled call per input shape
+    (`predict_on_batch`): an eager call compiles each operation again at every new shape, 2-5
+    times slower for the few calls of a check."""
+    if keras.backend.backend() == "jax":
+        return np.asarray(model.predict_on_batch(images))
+    return keras.ops.convert_to_numpy(model(images, training=False))
+
+
 def verify(model, fmt, path, *, atol=1e-4):
     """Max |exported - keras| on random images (at each of `input_shapes(model)`); raises
     `ExportMismatch` above `atol`."""
     error = 0.0
     for shape in input_shapes(model):
         images = sample_images(model, shape=shape)
-        expected = keras.ops.convert_to_numpy(model(images, training=False))
+        expected = keras_outputs(model, images)
         got = run_exported(fmt, path, images)
         if got.shape != expected.shape:
             raise ExportMismatch(f"The {fmt} export outputs shape {got.shape}, the model {expected.shape}.")

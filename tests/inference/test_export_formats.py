@@ -1,6 +1,7 @@
-"""`keras-vit export --format litert | openvino | torch`: each artefact, run in its own runtime,
-gives the Keras model's outputs at sizes and batch sizes it was not traced at; a missing
-writer is refused in one line; what an export may replace."""
+"""`keras-vit export --format litert | openvino | torch`, and SavedModel from TensorFlow and JAX:
+each artefact, run in its own runtime, gives the Keras model's outputs at sizes and batch sizes
+it was not traced at; a missing writer is refused in one line; what an export may replace;
+quantized exports match the quantized model or are refused in one line."""
 
 import os
 
@@ -11,6 +12,9 @@ import pytest
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.inference import serving
+from keras_vit.inference.quantization import quantized_copy
+from tests.support import BACKEND
+from tests.support.models import randomize
 
 NEW_FORMATS = ("litert", "openvino", "torch")
 RUNTIMES = {"litert": "ai_edge_litert", "openvino": "openvino", "torch": "torch"}
@@ -41,15 +45,29 @@ def test_litert_openvino_and_torch_exports_match_the_model_at_other_sizes(any_si
     for fmt in NEW_FORMATS:
         path = out + serving.SPECS[fmt].suffix
         assert serving.is_export(fmt, path) == (fmt != "litert")
-        for shape, count in (((48, 80, 3), 5), ((32, 32, 3), 1)):  # neither size nor batch checked at export
-            images = serving.sample_images(model, count=count, seed=1, shape=shape)
-            expected = keras.ops.convert_to_numpy(model(images, training=False))
-            got = serving.run_exported(fmt, path, images)
-            assert got.shape == (count, 5)
-            np.testing.assert_allclose(got, expected, atol=1e-4, err_msg=fmt)
-            assert np.abs(expected).max() > 0.1  # a non-trivial head
+        assert_runs_at_other_sizes(fmt, path, model)
     assert sorted(os.listdir(tmp_path)) == ["vit.openvino", "vit.pt2", "vit.tflite"]  # no temporary left
     assert sorted(os.listdir(out + ".openvino")) == ["keras_vit_export.json", "model.bin", "model.xml"]
+
+
+def assert_runs_at_other_sizes(fmt, path, model):
+    for shape, count in (((48, 80, 3), 5), ((32, 32, 3), 1)):  # neither size nor batch checked at export
+        images = serving.sample_images(model, count=count, seed=1, shape=shape)
+        expected = serving.keras_outputs(model, images)
+        got = serving.run_exported(fmt, path, images)
+        assert got.shape == (count, 5)
+        np.testing.assert_allclose(got, expected, atol=1e-4, err_msg=fmt)
+        assert np.abs(expected).max() > 0.1  # a non-trivial head
+
+
+@pytest.mark.skipif(BACKEND == "torch", reason="from PyTorch a TensorFlow process writes it (the TensorFlow run)")
+def test_saved_model_of_an_any_size_model_written_here_runs_at_other_sizes(any_size_model, tmp_path, capsys):
+    """From JAX, jax2tf traces the height and width as multiples of the patch size (free symbols
+    would stop it at the token reshape)."""
+    out = str(tmp_path / "vit")
+    assert main(["export", str(any_size_model), "--format", "saved_model", "--output", out]) == 0
+    assert "outputs match the Keras model within" in capsys.readouterr().out
+    assert_runs_at_other_sizes("saved_model", out, keras.saving.load_model(any_size_model))
 
 
 def test_litert_without_tensorflow_is_refused_in_one_line(any_size_model, tmp_path, capsys, monkeypatch):
@@ -107,3 +125,37 @@ def test_what_an_export_replaces(fmt, any_size_model, tmp_path, capsys, monkeypa
     os.makedirs(other) if serving.SPECS[fmt].entries else other.write_text("not ours")
     assert main(["export", str(any_size_model), "--format", fmt, "--output", str(other), "--no-verify"]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt, mode", sorted(serving.UNQUANTIZABLE))
+def test_a_quantized_model_a_format_cannot_hold_is_refused_in_one_line(fmt, mode, any_size_model, tmp_path, capsys):
+    out = tmp_path / "vit"
+    argv = ["export", str(any_size_model), "--format", f"torch,{fmt}", "--output", str(out), "--quantize", mode]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"--quantize {mode} cannot be exported as {fmt}: " in err, err
+    assert f"{fmt} takes --quantize int4." in err
+    assert os.listdir(tmp_path) == []  # refused before any format is written
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="LiteRT and OpenVINO are written in-process there; the float "
+                    "test checks the other backends' subprocesses")
+def test_int4_exports_to_litert_openvino_and_torch_match_the_quantized_model(tmp_path, capsys):
+    """Within 1e-4 of the quantized Keras model (the stated tolerance, `--atol`), at a batch size
+    other than the one checked; not the float model."""
+    for name in RUNTIMES.values():
+        pytest.importorskip(name)
+    model = randomize(keras_vit.VisionTransformer(
+        patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, input_shape=(8, 8, 3), classes=5,
+        classifier_activation=None), scale=0.1)
+    path, out = tmp_path / "float.keras", str(tmp_path / "vit")
+    model.save(path)
+    assert main(["export", str(path), "--format", ",".join(NEW_FORMATS), "--output", out, "--quantize", "int4"]) == 0
+    assert capsys.readouterr().out.count("quantized to int4 as") == 3
+    images = serving.sample_images(model, count=5, seed=1)
+    quantized = keras.ops.convert_to_numpy(quantized_copy(model, "int4")(images, training=False))
+    float_outputs = keras.ops.convert_to_numpy(model(images, training=False))
+    for fmt in NEW_FORMATS:
+        got = serving.run_exported(fmt, out + serving.SPECS[fmt].suffix, images)
+        np.testing.assert_allclose(got, quantized, atol=1e-4, err_msg=fmt)
+        assert np.abs(got - float_outputs).max() > 1e-3, fmt  # not the float model
