@@ -4,6 +4,7 @@ on every backend, so these run on one."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -252,6 +253,51 @@ def test_hugging_face_config_values_are_validated(npz, tmp_path, capsys, change,
     convert_checkpoint(npz, tmp_path / "hf", format="hf")
     edit_json(tmp_path / "hf" / "config.json", lambda c: {**c, **change})
     fails(["convert", tmp_path / "hf", tmp_path / "out.npz"], capsys, expected)
+    assert not (tmp_path / "out.npz").exists()
+
+
+@pytest.fixture(scope="module")
+def family_folders(tmp_path_factory):
+    """transformers folders (random weights) of the DeiT, DINOv2, SigLIP and DINOv3 readers."""
+    transformers = pytest.importorskip("transformers")
+    sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32,
+                 patch_size=8)
+    folders = {}
+    for name, model, config in (
+        ("deit", "DeiTForImageClassificationWithTeacher", transformers.DeiTConfig(num_labels=3, **sizes)),
+        ("dinov2", "Dinov2Model", transformers.Dinov2Config(**sizes)),
+        ("siglip", "SiglipVisionModel", transformers.SiglipVisionConfig(**sizes)),
+        ("dinov3", "DINOv3ViTModel", transformers.DINOv3ViTConfig(**sizes)),
+    ):
+        folders[name] = tmp_path_factory.mktemp(name)
+        getattr(transformers, model)(config).save_pretrained(folders[name])
+    return folders
+
+
+FAMILY_CONFIG_CASES = [
+    *((family, change, expected) for family in ("deit", "dinov2", "siglip", "dinov3") for change, expected in (
+        (lambda c: {**c, "patch_size": 0}, "patch_size=0; expected a whole number >= 1"),
+        (lambda c: {**c, "patch_size": "8"}, "patch_size='8'; expected a whole number >= 1"),
+        (lambda c: {**c, "image_size": None}, "image_size=None; expected a whole number >= 1"),
+        (lambda c: {**c, "image_size": [32, 32, 32]}, "image_size=[32, 32, 32]; expected a whole number >= 1"),
+    )),
+    ("siglip", lambda c: {"model_type": "siglip", "vision_config": [c]}, "vision_config is a list; expected a JSON object"),
+    ("siglip", lambda c: {"model_type": "siglip", "vision_config": None}, "vision_config is a NoneType; expected"),
+]
+
+
+@pytest.mark.parametrize("family, change, expected", FAMILY_CONFIG_CASES)
+def test_family_config_values_are_validated(family_folders, tmp_path, capsys, family, change, expected):
+    """The DeiT / DINOv2 / SigLIP / DINOv3 readers divided `image_size` by `patch_size` unchecked
+    (ZeroDivisionError, TypeError) and read a SigLIP pair's `vision_config` as an object."""
+    folder = tmp_path / family
+    folder.mkdir()
+    for name in os.listdir(family_folders[family]):
+        (folder / name).write_bytes((family_folders[family] / name).read_bytes())
+    edit_json(folder / "config.json", change)
+    fails(["convert", folder, tmp_path / "out.npz"], capsys, f"{folder}: ", expected)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        convert_checkpoint(folder, tmp_path / "out.npz")
     assert not (tmp_path / "out.npz").exists()
 
 
