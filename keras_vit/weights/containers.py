@@ -445,7 +445,8 @@ def _shard_path(folder, index, shard):
     """The path of `shard`, named in the shard index `index`: a plain file name of a regular
     file in `folder` (a symlink to one, as in the Hugging Face cache, is followed)."""
     if not isinstance(shard, str) or shard in ("", ".", "..") or "/" in shard or "\\" in shard:
-        raise ValueError(f"{index}: shard {shard!r} is not a plain file name in {folder}; refusing to read it.")
+        raise ValueError(f"{index}: shard {shard!r} is not a plain file name in {folder}; refusing to read it "
+                         "(each weight_map value must name a file in the index's folder).")
     path = os.path.join(folder, shard)
     if not os.path.isfile(path):  # also False for devices, FIFOs and folders
         raise ValueError(f"{index}: shard {shard!r} is missing or not a regular file in {folder}.")
@@ -461,8 +462,8 @@ def _read_hf_weights(folder, name):
     if not isinstance(weight_map, dict):
         raise ValueError(f"{path}: a shard index without a weight_map (tensor name -> shard file).")
     tensors = {}
-    for shard in sorted(set(weight_map.values()), key=str):
-        tensors.update(_read_weights_file(_shard_path(folder, path, shard)))
+    for shard in sorted({_shard_path(folder, path, shard) for shard in weight_map.values()}):
+        tensors.update(_read_weights_file(shard))
     return tensors
 
 
