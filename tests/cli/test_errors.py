@@ -243,3 +243,65 @@ def test_only_an_earlier_keras_vit_onnx_export_is_recognised(model_file, tmp_pat
     assert not export_lib.is_export("onnx", tmp_path / "notes.onnx")
     assert not export_lib.is_export("onnx", model_file)
     assert not export_lib.is_export("saved_model", tmp_path)
+
+
+# ------------------------------------------------------------------------- LoRA settings
+
+
+@pytest.fixture(scope="module")
+def lora_file(tmp_path_factory):
+    from keras_vit.lora import adapter
+
+    model = keras_vit.VisionTransformer(**SMALL)
+    adapter.enable(model, 2)
+    path = tmp_path_factory.mktemp("lora") / "lora.npz"
+    adapter.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda s: {**s, "rank": "2"}, "rank='2' (expected a whole number >= 1)"),
+        (lambda s: {**s, "rank": 10**12}, "rank=1000000000000 but A matrices of rank 2"),
+        (lambda s: {**s, "alpha": "x"}, "alpha='x' (expected a finite number > 0)"),
+        (lambda s: {**s, "alpha": float("nan")}, "alpha=nan (expected a finite number > 0)"),
+        (lambda s: {**s, "alpha": float("inf")}, "alpha=inf (expected a finite number > 0)"),
+        (lambda s: {k: v for k, v in s.items() if k != "alpha"}, "alpha=None (expected a finite number > 0)"),
+        (lambda s: {**s, "targets": None}, "targets=None (expected a list of names among qkv, out, mlp)"),
+        (lambda s: {**s, "num_heads": "2"}, "num_heads='2' (expected a whole number >= 1)"),
+        (lambda s: [s], "its LoRA settings are a list; expected a JSON object"),
+    ],
+)
+def test_malformed_lora_settings_are_refused(lora_file, tmp_path, capsys, change, expected):
+    """`lora.load` of alpha NaN gave a model of NaNs, a huge rank allocated it, wrong types raised
+    TypeError / AttributeError / KeyError; `export --format peft` of the same file too."""
+    import json
+
+    from keras_vit.lora import adapter
+
+    with np.load(lora_file) as stored:
+        arrays = {key: stored[key] for key in stored.files if key != "__settings__"}
+        settings = json.loads(str(stored["__settings__"]))
+    bad = tmp_path / "lora.npz"
+    np.savez(bad, __settings__=json.dumps(change(settings)), **arrays)
+    with pytest.raises(ValueError, match=re.escape(f"{bad}: its LoRA settings")) as info:
+        adapter.load(keras_vit.VisionTransformer(**SMALL), bad)
+    assert expected in str(info.value)
+    fails(["export", bad, "--format", "peft", "--output", tmp_path / "peft"], capsys, expected)
+    assert not (tmp_path / "peft").exists()
+
+
+@pytest.mark.parametrize("options, expected", [
+    (dict(rank=10**11), "lora_rank=100000000000 must be in [1, 32]"),
+    (dict(rank=2, alpha=float("nan")), "lora_alpha=nan must be a finite number > 0"),
+    (dict(rank=2, alpha="2"), "lora_alpha='2' must be a finite number > 0"),
+])
+def test_lora_options_out_of_range_are_refused(options, expected):
+    """A rank above the projections' width asked for terabytes; alpha NaN gave NaN outputs."""
+    from keras_vit.lora import adapter
+
+    model = keras_vit.VisionTransformer(**SMALL)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        adapter.enable(model, options["rank"], alpha=options.get("alpha"))
+    assert not any("lora" in v.path for v in model.weights)
