@@ -232,9 +232,32 @@ def test_kerashub_config_of_wrong_types_or_values_is_refused(preset, tmp_path, c
     assert not (tmp_path / "out.npz").exists()
 
 
-def test_classifier_preset_without_its_head_weights_is_refused(preset, tmp_path, capsys):
-    (preset / "task.weights.h5").unlink()
-    fails(["convert", preset, tmp_path / "out.npz"], capsys, "declares a classifier of 5 classes", "task.weights.h5 missing")
+@pytest.fixture
+def deit_preset(tmp_path):
+    """A KerasHub DeiTImageClassifier preset (5 classes), written by keras-hub."""
+    keras_hub = pytest.importorskip("keras_hub")
+    backbone = keras_hub.models.DeiTBackbone(patch_size=4, num_layers=1, hidden_dim=32, num_heads=2,
+                                             intermediate_dim=64, image_shape=(16, 16, 3))
+    keras_hub.models.DeiTImageClassifier(backbone=backbone, num_classes=5).save_to_preset(str(tmp_path / "deit"))
+    return tmp_path / "deit"
+
+
+@pytest.mark.parametrize("reader", ["preset", "deit_preset"])
+@pytest.mark.parametrize("damage, expected", [
+    ("no task.weights.h5", "declares a classifier of 5 classes, but the preset has no head weights (task.weights.h5 missing)"),
+    (10, "declares a classifier of 10 classes, but the preset has a head of shape (32, 5)"),
+    ("5", "task.json's num_classes='5'; expected a whole number >= 1"),
+])
+def test_classifier_preset_head_must_fit_its_task_json(request, tmp_path, capsys, reader, damage, expected):
+    """A KerasHub DeiT classifier preset without task.weights.h5 converted without its head, and
+    its task.json class count was not checked (the ViT preset's was)."""
+    folder = request.getfixturevalue(reader)
+    if damage == "no task.weights.h5":
+        (folder / "task.weights.h5").unlink()
+    else:
+        edit_json(folder / "task.json", lambda c: {**c, "config": {**c["config"], "num_classes": damage}})
+    fails(["convert", folder, tmp_path / "out.npz"], capsys, f"{folder}: ", expected)
+    assert not (tmp_path / "out.npz").exists()
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,9 @@ from typing import Callable
 from keras_vit.weights.canonical import ATTN, BLOCK, DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QKV, REG, Metadata
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.formats.common import config_pair
-from keras_vit.weights.formats.kerashub import layer_rows, posemb_from_canonical, posemb_to_canonical, preset_configs
+from keras_vit.weights.formats.kerashub import (
+    check_classes, layer_rows, posemb_from_canonical, posemb_to_canonical, preset_configs,
+)
 from keras_vit.weights.table import Row, Table, pairs
 
 NORM = ("scale", "bias")
@@ -230,6 +232,7 @@ def _preparer(family):
         for name, value in zip(family.embedding_names([v.shape for v in values]), values):
             if name is not DROPPED:
                 tensors[f"{family.embedding}/{name}"] = value
+        check_classes(raw, task, tensors.get("predictions/vars/0"))
         return tensors
 
     return prepare
