@@ -1,6 +1,8 @@
 """Top-1 / top-5 accuracy of a trained classifier on a data set, with the splits its run
 recorded."""
 
+import os
+
 import keras
 import numpy as np
 
@@ -21,13 +23,20 @@ def recorded_source(model_path, data=None, **source_options):
     from keras_vit.data.sources import load_source
 
     config = metadata(model_path).get("config", {})
+    recorded = {} if data else {"data": config.get("data")}
     data = data or config.get("data")
     if data is None:
         raise ValueError(f"No data given and no config.json next to {model_path} saying which data it was trained on.")
     for key in ("data_dir", "manual_dir", "train_split", "val_split", "val_fraction", "seed", "on_corrupt"):
         if key in config and key not in source_options:
-            source_options[key] = config[key]
-    return load_source(data, **source_options)
+            source_options[key] = recorded[key] = config[key]
+    try:
+        return load_source(data, **source_options)
+    except ValueError as error:
+        if not recorded:
+            raise
+        where = os.path.join(os.path.dirname(os.path.abspath(model_path)), "config.json")
+        raise ValueError(f"{str(error).rstrip('.')} (as recorded in {where}: {', '.join(sorted(recorded))}).") from None
 
 
 def evaluate(model_path, data=None, *, split="validation", batch_size=128, **source_options):

@@ -305,3 +305,52 @@ def test_lora_options_out_of_range_are_refused(options, expected):
     with pytest.raises(ValueError, match=re.escape(expected)):
         adapter.enable(model, options["rank"], alpha=options.get("alpha"))
     assert not any("lora" in v.path for v in model.weights)
+
+
+# ------------------------------------------------------------------------- a run's files beside a model
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    """A run folder as `train` leaves it (best.keras, classes.json, config.json) and its image folder."""
+    import json
+
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("runmeta")
+    rng = np.random.default_rng(0)
+    for name in ("a", "b", "c"):
+        (root / "data" / name).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(root / "data" / name / f"{i}.png")
+    (root / "run").mkdir()
+    keras_vit.VisionTransformer(**SMALL).save(root / "run" / "best.keras")
+    classes = {"class_names": ["a", "b", "c"], "image_size": 16, "eval_crop": 1.0}
+    config = {"data": str(root / "data"), "seed": 0, "val_fraction": 0.5}
+    return root, {"classes.json": json.dumps(classes), "config.json": json.dumps(config)}
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+@pytest.mark.parametrize("name, change, expected", [
+    ("classes.json", {"class_names": "abc"}, "classes.json: class_names='abc'; expected a list of strings"),
+    ("classes.json", {"class_names": ["a", "b"]}, "classes.json names 2 classes; the model"),
+    ("classes.json", {"image_size": 0}, "classes.json: image_size=0; expected a whole number >= 1"),
+    ("classes.json", {"eval_crop": "x"}, "classes.json: eval_crop='x' must be a number in (0, 1]"),
+    ("classes.json", {"eval_crop": None}, "classes.json: eval_crop=None must be a number in (0, 1]"),
+    ("config.json", {"seed": "x"}, "seed='x' must be a whole number >= 0 (as recorded in"),
+    ("config.json", {"train_split": 3}, "train_split=3 must be a path or split name"),
+])
+def test_run_files_beside_a_model_are_checked(run_folder, capsys, command, name, change, expected):
+    """predict / evaluate used classes.json / config.json unchecked: IndexError, ZeroDivisionError,
+    TypeError, or wrong class names printed."""
+    import json
+
+    root, recorded = run_folder
+    for file, text in recorded.items():
+        (root / "run" / file).write_text(json.dumps({**json.loads(text), **change}) if file == name else text)
+    model = root / "run" / "best.keras"
+    argv = ["predict", root / "data" / "a" / "0.png", "--model", model] if command == "predict" else ["evaluate", model]
+    if command == "predict" and name == "config.json":
+        assert main([str(a) for a in argv]) == 0  # predict reads no config.json value
+        return
+    fails(argv, capsys, expected)
