@@ -282,7 +282,8 @@ def _scan_folder(root, on_corrupt):
         warnings.warn(f"Skipping {len(corrupt)} unreadable image file(s) in {root}: {listed}.", stacklevel=3)
     if not paths:
         raise ValueError(f"Image folder {root} has no images with extensions {IMAGE_EXTENSIONS}.")
-    return classes, np.asarray(paths), np.asarray(labels, dtype=np.int64)
+    # As bytes: a file name that is not UTF-8 (undecodable bytes) is read as the file system names it.
+    return classes, np.asarray([os.fsencode(path) for path in paths]), np.asarray(labels, dtype=np.int64)
 
 
 def decode_image_file(path, label):

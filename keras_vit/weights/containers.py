@@ -92,9 +92,9 @@ def detect_container(path):
             f"{path} is a folder without weights (expected one of {', '.join(HF_WEIGHT_FILES)}, "
             f"or *{KERAS_WEIGHT_SUFFIX} files)."
         )
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"No checkpoint file or folder at {path}.")
-    with open(path, "rb") as f:
+    with open(regular_file(path, "as a checkpoint"), "rb") as f:
         head = f.read(8)
     if head == HDF5_MAGIC:
         return "keras_h5"
@@ -399,11 +399,11 @@ def read_keras(path):
         info = archive.getinfo("model.weights.h5")
         # h5py needs a seekable file: a stored member is read in place, a compressed one unpacked.
         member = archive.open(info) if info.compress_type == zipfile.ZIP_STORED else _unpacked(archive, info, path)
+        if not isinstance(config, dict):
+            raise ValueError(f"{path}: its config.json holds a {type(config).__name__}, not a JSON object.")
+        tensors = read_weights_h5(member, where=path)  # h5py reads a stored member to its end: its CRC is checked
     except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError, json.JSONDecodeError, KeyError) as error:
         raise ValueError(f"{path}: a damaged .keras file ({error}); get a fresh copy.") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: its config.json holds a {type(config).__name__}, not a JSON object.")
-    tensors = read_weights_h5(member, where=path)
     return RawCheckpoint(path, "keras", tensors, {"config": config})
 
 

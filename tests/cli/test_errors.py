@@ -354,3 +354,38 @@ def test_run_files_beside_a_model_are_checked(run_folder, capsys, command, name,
         assert main([str(a) for a in argv]) == 0  # predict reads no config.json value
         return
     fails(argv, capsys, expected)
+
+
+# ------------------------------------------------------------------------- non-UTF-8 file names
+
+NOT_UTF8 = os.fsdecode(b"caf\xe9")  # Latin-1 bytes: the file system's name, not UTF-8 text
+
+
+@pytest.mark.parametrize("where", ["data folder", "checkpoint", "output dir"])
+def test_file_names_that_are_not_utf8(tmp_path, capsys, where):
+    """Undecodable bytes in a name: a data folder's images are read (TensorFlow stopped on them),
+    a checkpoint converts, a run folder TensorBoard cannot write to is refused at the start."""
+    from PIL import Image
+
+    from tests.support.checkpoints import TINY
+
+    root = tmp_path / "data"
+    rng = np.random.default_rng(0)
+    for name in ("a", NOT_UTF8):
+        (root / name).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(root / name / f"{NOT_UTF8}{i}.png")
+    if where == "data folder":
+        keras_vit.VisionTransformer(**{**SMALL, "classes": 2}).save(tmp_path / "m.keras")
+        assert main(["evaluate", str(tmp_path / "m.keras"), "--data", str(root)]) == 0
+        assert "top-1" in capsys.readouterr().out
+    elif where == "checkpoint":
+        source = tmp_path / f"{NOT_UTF8}.npz"
+        np.savez(source, **original_npz_params(np.random.default_rng(0), **TINY))
+        assert main(["convert", str(source), str(tmp_path / f"{NOT_UTF8}.safetensors")]) == 0
+        assert os.path.isfile(tmp_path / f"{NOT_UTF8}.safetensors")
+    else:
+        run = tmp_path / f"run-{NOT_UTF8}"
+        fails(["train", "--data", root, "--image-size", "16", "--patch-size", "4", "--output-dir", run], capsys,
+              "is not UTF-8 text, which TensorBoard's writer needs", "tensorboard=false")
+        assert not run.exists()

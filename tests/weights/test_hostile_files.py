@@ -339,6 +339,53 @@ def test_keras_file_with_a_bad_crc_is_refused_in_one_line(tmp_path, capsys):
     fails(["convert", tmp_path / "bad.keras", tmp_path / "out.npz"], capsys, "bad.keras: a damaged .keras file")
 
 
+@pytest.mark.parametrize("command", ["convert", "from_checkpoint", "train --weights"])
+def test_keras_file_with_one_flipped_bit_in_its_weights_is_refused_in_one_line(tmp_path, capsys, command):
+    """A bit flipped inside the stored weights member raised BadZipFile (a traceback) from h5py's
+    read of the member in convert and train --weights."""
+    import keras_vit
+
+    small = dict(patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, input_shape=(16, 16, 3), classes=3)
+    keras_vit.VisionTransformer(**small).save(tmp_path / "m.keras")
+    data = bytearray((tmp_path / "m.keras").read_bytes())
+    with zipfile.ZipFile(tmp_path / "m.keras") as zf:
+        info = zf.getinfo("model.weights.h5")
+    assert info.compress_type == zipfile.ZIP_STORED
+    data[info.header_offset + 30 + len(info.filename) + len(info.extra) + info.file_size // 2] ^= 1
+    bad = tmp_path / "flipped.keras"
+    bad.write_bytes(bytes(data))
+    expected = f"{bad}: a damaged .keras file (Bad CRC-32 for file 'model.weights.h5')"
+    if command == "from_checkpoint":
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            keras_vit.from_checkpoint(bad)
+    elif command == "convert":
+        fails(["convert", bad, tmp_path / "out.npz"], capsys, expected)
+    else:
+        architecture = ["--model", "custom", "--patch-size", "4", "--hidden-dim", "16", "--depth", "1", "--num-heads",
+                        "2", "--mlp-dim", "32", "--image-size", "16", "--data", tmp_path / "data.npz"]
+        np.savez(tmp_path / "data.npz", x_train=np.zeros((4, 16, 16, 3), np.uint8), y_train=np.arange(4) % 2)
+        fails(["train", "--weights", bad, *architecture, "--steps", "1", "--batch-size", "2",
+               "--output-dir", tmp_path / "run"], capsys, expected)
+    assert not (tmp_path / "out.npz").exists()
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("fifo", "is not a regular file but a FIFO (named pipe); refusing to read it as a checkpoint"),
+    ("loop", "is not a regular file but a symbolic link loop"),
+    ("dev_null", "is not a regular file but a device"),
+])
+def test_convert_names_what_a_checkpoint_path_is(tmp_path, capsys, kind, expected):
+    """`convert` on a FIFO said "No checkpoint file or folder", as if nothing were there."""
+    path = tmp_path / "ckpt.npz"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "loop":
+        os.symlink(path, path)
+    else:
+        os.symlink("/dev/null", path)
+    fails(["convert", path, tmp_path / "out.npz"], capsys, f"{path} {expected}")
+
+
 # ------------------------------------------------------------------ 14, 15: what convert writes
 
 
