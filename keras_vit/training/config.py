@@ -5,6 +5,7 @@ Plain Python, no Keras: the command line lists and checks options before importi
 """
 
 import dataclasses
+import importlib.util
 import os
 from typing import Optional, Union
 
@@ -243,6 +244,11 @@ class TrainConfig:
                 f"batch_size={self.batch_size} (per optimizer step) must be divisible by "
                 f"accumulation_steps={self.accumulation_steps}."
             )
+
+    @property
+    def writes_tensorboard(self):
+        """Whether the run writes TensorBoard logs: asked for (`tensorboard`) and the package is installed."""
+        return self.tensorboard and importlib.util.find_spec("tensorboard") is not None
 
     @property
     def micro_batch_size(self):

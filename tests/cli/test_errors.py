@@ -389,3 +389,22 @@ def test_file_names_that_are_not_utf8(tmp_path, capsys, where):
         fails(["train", "--data", root, "--image-size", "16", "--patch-size", "4", "--output-dir", run], capsys,
               "is not UTF-8 text, which TensorBoard's writer needs", "tensorboard=false")
         assert not run.exists()
+
+
+# ------------------------------------------------------------------------- optional packages
+
+
+def test_fewshot_every_without_the_tensorboard_package(tmp_path, capsys, monkeypatch):
+    """--fewshot-every wrote its TensorBoard scalars with tf.summary, which stops the run with
+    TBNotInstalledError without the package; now the few-shot rows go to fewshot.csv and log.csv,
+    and TensorBoard is skipped with one warning, as for the training logs."""
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed
+    run = tmp_path / "run"
+    argv = ["train", "--data", "digits", "--output-dir", run, "--steps", "4", "--batch-size", "32",
+            "--reference-batch-size", "32", "--image-size", "8", "--model", "custom", "--patch-size", "2",
+            "--hidden-dim", "16", "--depth", "1", "--num-heads", "2", "--mlp-dim", "32", "--fewshot-every", "2",
+            "--verbose", "0"]
+    with pytest.warns(UserWarning, match="TensorBoard logs skipped: the `tensorboard` package is not installed"):
+        assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
+    assert not (run / "tensorboard").exists()
+    assert (run / "fewshot.csv").read_text().count("\n") == 3  # the header, steps 2 and 4
