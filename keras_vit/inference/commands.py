@@ -33,7 +33,7 @@ def _export(args):
         print(f"Wrote the LoRA adapter {args.model} as {ADAPTER_LAYOUTS[args.format]} to {args.output}"
               + (f"; KerasHub loads it with {loading}" if loading else "") + ".")
         return
-    from keras_vit.inference.serving import FORMATS, SPECS, check_output, check_requirements, export
+    from keras_vit.inference.serving import FORMATS, SPECS, check_output, check_quantize, check_requirements, export
 
     formats = FORMATS if args.format == "all" else tuple(dict.fromkeys(args.format.split(",")))
     unknown = [fmt for fmt in formats if fmt not in FORMATS]
@@ -43,6 +43,7 @@ def _export(args):
     outputs = {fmt: args.output + (SPECS[fmt].suffix if len(formats) > 1 else "") for fmt in formats}
     for fmt, output in outputs.items():  # refuse before writing any
         check_requirements(fmt, not args.no_verify)
+        check_quantize(fmt, args.quantize)
         check_output(fmt, output, args.model, args.overwrite)
     for fmt, output in outputs.items():
         error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol,
@@ -73,6 +74,7 @@ def register(subparsers):
     export.add_argument("--atol", type=float, default=1e-4, metavar="FLOAT", help="largest accepted output difference")
     export.add_argument("--no-verify", action="store_true", help="skip loading the export and comparing outputs")
     export.add_argument("--quantize", choices=("int8", "float8", "int4"),
-                        help="export the model with its dense layers quantized (Keras' model.quantize)")
+                        help="export the model with its dense layers quantized (Keras' model.quantize); a "
+                        "format that does not take the mode is refused before anything is written")
     export.add_argument("--overwrite", action="store_true", help="replace what is at the output path (same kind only)")
     export.set_defaults(func=_export)

@@ -49,6 +49,7 @@ class Format:
     needs: tuple  # the packages that write it
     runtime: tuple = ()  # the packages that run it (`verify`)
     entries: frozenset = frozenset()  # a folder format: the names it may hold (REQUIRED_ENTRY among them)
+    quantize: tuple = ("int8", "float8", "int4")  # the `model.quantize` modes whose export writes and runs
 
 
 # What marks an export as keras_vit's: a file in a folder format and in a PyTorch program's
@@ -60,10 +61,13 @@ SPECS = {
         ".savedmodel", ("tensorflow", "jax"), ("tensorflow",),
         entries=frozenset({"saved_model.pb", "fingerprint.pb", "keras_metadata.pb", "variables", "assets", MARK_FILE}),
     ),
-    "onnx": Format(".onnx", ("torch",), ("torch", "onnxscript", "onnx"), ("onnxruntime",)),  # or Keras' converter
-    "litert": Format(".tflite", ("tensorflow",), ("tensorflow",), ("ai_edge_litert",)),
+    # or Keras' converter; onnxruntime refuses the int4 graph (an int8 tensor subtracted from a float one)
+    "onnx": Format(".onnx", ("torch",), ("torch", "onnxscript", "onnx"), ("onnxruntime",), quantize=("int8", "float8")),
+    # the LiteRT converter fails on the int8 / float8 quantized matmuls
+    "litert": Format(".tflite", ("tensorflow",), ("tensorflow",), ("ai_edge_litert",), quantize=("int4",)),
+    # OpenVINO's reader fails on the float8 quantized matmuls
     "openvino": Format(".openvino", ("tensorflow",), ("tensorflow", "openvino"), ("openvino",),
-                       entries=frozenset({"model.xml", "model.bin", MARK_FILE})),
+                       entries=frozenset({"model.xml", "model.bin", MARK_FILE}), quantize=("int8", "int4")),
     "torch": Format(".pt2", ("torch",), ("torch",)),
 }
 FORMATS = tuple(SPECS)
@@ -278,6 +282,16 @@ def check_requirements(fmt, verify_outputs=True):
         )
 
 
+def check_quantize(fmt, quantize):
+    """Raises ValueError (one line) unless a model quantized to `quantize` (None: not) exports as `fmt`."""
+    if quantize is None or quantize in SPECS[fmt].quantize:
+        return
+    takes = ", ".join(SPECS[fmt].quantize) or "no quantized model"
+    others = ", ".join(name for name, spec in SPECS.items() if quantize in spec.quantize) or "no format"
+    raise ValueError(f"--quantize {quantize} cannot be exported as {fmt}: {fmt} takes {takes}; a {quantize} model "
+                     f"exports as {others}.")
+
+
 def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=False, quantize=None):
     """Writes `model` (a `keras.Model` or a `.keras` path) as `fmt` to `output`; returns the
     largest absolute difference found by `verify` (None when not verified). What is at
@@ -286,6 +300,7 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     quantized copy (see `keras_vit.inference.quantization`), verified against that copy."""
     model_path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
     check_requirements(fmt, verify_outputs)
+    check_quantize(fmt, quantize)
     check_output(fmt, output, model_path, overwrite)
     if model_path is not None:
         model = load_keras_file(model_path)

@@ -408,3 +408,16 @@ def test_fewshot_every_without_the_tensorboard_package(tmp_path, capsys, monkeyp
         assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
     assert not (run / "tensorboard").exists()
     assert (run / "fewshot.csv").read_text().count("\n") == 3  # the header, steps 2 and 4
+
+
+@pytest.mark.parametrize("fmt, mode, expected", [
+    ("onnx", "int4", "--quantize int4 cannot be exported as onnx: onnx takes int8, float8; a int4 model exports as "
+                     "saved_model, litert, openvino, torch"),
+    ("litert", "int8", "--quantize int8 cannot be exported as litert: litert takes int4"),
+    ("openvino", "float8", "openvino takes int8, int4; a float8 model exports as saved_model, onnx, torch"),
+    ("saved_model,onnx", "int4", "cannot be exported as onnx"),
+])
+def test_export_of_a_quantization_a_format_does_not_take(model_file, tmp_path, capsys, fmt, mode, expected):
+    """onnx int4 stopped in onnxruntime with a traceback (litert int8 / float8 in its converter)."""
+    fails(["export", model_file, "--format", fmt, "--quantize", mode, "--output", tmp_path / "out"], capsys, expected)
+    assert os.listdir(tmp_path) == []
