@@ -421,3 +421,25 @@ def test_export_of_a_quantization_a_format_does_not_take(model_file, tmp_path, c
     """onnx int4 stopped in onnxruntime with a traceback (litert int8 / float8 in its converter)."""
     fails(["export", model_file, "--format", fmt, "--quantize", mode, "--output", tmp_path / "out"], capsys, expected)
     assert os.listdir(tmp_path) == []
+
+
+def test_evaluate_counts_only_the_images_it_evaluated(tmp_path, capsys):
+    """A complete PNG damaged inside passes the folder scan and is dropped by the decoder;
+    evaluate counted it as evaluated."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for name in ("a", "b", "c"):
+            (tmp_path / "data" / split / name).mkdir(parents=True)
+            for i in range(2):
+                image = Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8))
+                image.save(tmp_path / "data" / split / name / f"{i}.png")
+    damaged = tmp_path / "data" / "val" / "b" / "1.png"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the image data: its CRC fails; the end marker stays
+    damaged.write_bytes(bytes(data))
+    keras_vit.VisionTransformer(**SMALL).save(tmp_path / "m.keras")
+    assert main(["evaluate", str(tmp_path / "m.keras"), "--data", str(tmp_path / "data")]) == 0
+    out = capsys.readouterr().out
+    assert "on 5 validation examples (1 skipped: files the decoder could not read)" in out, out
