@@ -50,7 +50,7 @@ class Count(keras.metrics.Metric):
         self.count.assign_add(keras.ops.cast(keras.ops.shape(y_true)[0], self.count.dtype))
 
     def result(self):
-        return self.count
+        return keras.ops.convert_to_tensor(self.count)
 
 
 def evaluate(model_path, data=None, *, split="validation", batch_size=128, **source_options):
