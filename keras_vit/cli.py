@@ -45,6 +45,9 @@ def build_parser():
 
 
 def main(argv=None):
+    for stream in (sys.stdout, sys.stderr):  # a file name of undecodable bytes is printed escaped, not an error
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     if not args.show_logs:  # before TensorFlow or jaxlib is imported; a value already set wins
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

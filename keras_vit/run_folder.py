@@ -182,7 +182,25 @@ def metadata(model_path):
     for name in (CLASSES, CONFIG):
         if os.path.lexists(path(folder, name)):
             found[name.split(".")[0]] = read_json(path(folder, name))
+    _check_classes(found.get("classes", {}), path(folder, CLASSES))
     return found
+
+
+def _check_classes(recorded, where):
+    """Raises ValueError (one line naming `where`) unless the `classes.json` values present are
+    what `train` writes: class names a list of strings, the image size a whole number >= 1,
+    the evaluation crop a number in (0, 1]."""
+    from keras_vit.fields import check_range
+
+    names, size, crop = (recorded.get(key, ok) for key, ok in (("class_names", []), ("image_size", 1), ("eval_crop", 1)))
+    if not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
+        raise ValueError(f"{where}: class_names={names!r}; expected a list of strings.")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"{where}: image_size={size!r}; expected a whole number >= 1.")
+    try:
+        check_range("eval_crop", crop, "(0, 1]")
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
 
 
 def load_keras_file(file):
@@ -227,6 +245,10 @@ def load_model(model="runs/digits/best.keras", weights="imagenet", **builder_arg
     else:
         raise ValueError(f"Unknown model {model!r}; expected a .keras file or one of {', '.join(list_models())}.")
     names = recorded.get("class_names")
-    if names is None and len(loaded.output_shape) == 2 and loaded.output_shape[-1] == 1000:
+    classes = loaded.output_shape[-1] if len(loaded.output_shape) == 2 else None
+    if names is not None and len(names) != classes:
+        raise ValueError(f"{path(os.path.dirname(os.path.abspath(model)), CLASSES)} names {len(names)} classes; "
+                         f"the model {model} predicts {classes}.")
+    if names is None and classes == 1000:
         names = [name for _, name in imagenet_classes()]
     return loaded, names, recorded.get("eval_crop", 1.0)

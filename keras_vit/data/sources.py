@@ -81,6 +81,12 @@ def load_source(
     class-stratified draw with `seed`; None: 0.2 for digits, else 0.1). `on_corrupt`
     ("skip" or "error") is what an image folder does with a file that is not a readable image.
     """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed={seed!r} must be a whole number >= 0.")
+    for name, value in (("data_dir", data_dir), ("manual_dir", manual_dir), ("train_split", train_split),
+                        ("val_split", val_split)):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise ValueError(f"{name}={value!r} must be a path or split name (text), or None.")
     if val_fraction is None:
         val_fraction = DIGITS_VAL_FRACTION if isinstance(data, str) and data == "digits" else VAL_FRACTION
     if isinstance(data, (tuple, list)):
@@ -276,7 +282,8 @@ def _scan_folder(root, on_corrupt):
         warnings.warn(f"Skipping {len(corrupt)} unreadable image file(s) in {root}: {listed}.", stacklevel=3)
     if not paths:
         raise ValueError(f"Image folder {root} has no images with extensions {IMAGE_EXTENSIONS}.")
-    return classes, np.asarray(paths), np.asarray(labels, dtype=np.int64)
+    # As bytes: a file name that is not UTF-8 (undecodable bytes) is read as the file system names it.
+    return classes, np.asarray([os.fsencode(path) for path in paths]), np.asarray(labels, dtype=np.int64)
 
 
 def decode_image_file(path, label):

@@ -1,6 +1,8 @@
 """Top-1 / top-5 accuracy of a trained classifier on a data set, with the splits its run
 recorded."""
 
+import os
+
 import keras
 import numpy as np
 
@@ -21,17 +23,39 @@ def recorded_source(model_path, data=None, **source_options):
     from keras_vit.data.sources import load_source
 
     config = metadata(model_path).get("config", {})
+    recorded = {} if data else {"data": config.get("data")}
     data = data or config.get("data")
     if data is None:
         raise ValueError(f"No data given and no config.json next to {model_path} saying which data it was trained on.")
     for key in ("data_dir", "manual_dir", "train_split", "val_split", "val_fraction", "seed", "on_corrupt"):
         if key in config and key not in source_options:
-            source_options[key] = config[key]
-    return load_source(data, **source_options)
+            source_options[key] = recorded[key] = config[key]
+    try:
+        return load_source(data, **source_options)
+    except ValueError as error:
+        if not recorded:
+            raise
+        where = os.path.join(os.path.dirname(os.path.abspath(model_path)), "config.json")
+        raise ValueError(f"{str(error).rstrip('.')} (as recorded in {where}: {', '.join(sorted(recorded))}).") from None
+
+
+class Count(keras.metrics.Metric):
+    """The number of examples evaluated (those the decoder dropped are not among them)."""
+
+    def __init__(self, name="examples", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.count.assign_add(keras.ops.cast(keras.ops.shape(y_true)[0], self.count.dtype))
+
+    def result(self):
+        return keras.ops.convert_to_tensor(self.count)
 
 
 def evaluate(model_path, data=None, *, split="validation", batch_size=128, **source_options):
-    """Top-1 / top-5 accuracy and loss of a trained model on a split of `data`.
+    """Top-1 / top-5 accuracy and loss of a trained model on a split of `data`; `examples`:
+    how many were evaluated, `skipped`: how many of the split's files the decoder could not read.
 
     Without `data` (and `source_options`), the data set, validation split and held-out
     fraction recorded with the run (config.json) are used, so the numbers match training's.
@@ -49,8 +73,11 @@ def evaluate(model_path, data=None, *, split="validation", batch_size=128, **sou
         metrics=[
             keras.metrics.SparseCategoricalAccuracy(name="top1"),
             keras.metrics.SparseTopKCategoricalAccuracy(min(5, classes), name="top5"),
+            Count(),
         ],
     )
     results = model.evaluate(ds, verbose=0, return_dict=True)
     size = source.validation_size if split == "validation" else source.train_size
-    return {"top1": float(results["top1"]), "top5": float(results["top5"]), "loss": float(results["loss"]), "examples": size}
+    examples = int(round(float(results["examples"])))
+    return {"top1": float(results["top1"]), "top5": float(results["top5"]), "loss": float(results["loss"]),
+            "examples": examples, "skipped": size - examples}

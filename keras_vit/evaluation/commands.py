@@ -10,7 +10,8 @@ def _evaluate(args):
 
     options = {"data_dir": args.data_dir} if args.data_dir else {}
     results = evaluate(args.model, args.data, split=args.split, batch_size=args.batch_size, **options)
-    print(f"{args.model} on {results['examples']} {args.split} examples: top-1 {results['top1']:.4f}, "
+    skipped = f" ({results['skipped']} skipped: files the decoder could not read)" if results["skipped"] else ""
+    print(f"{args.model} on {results['examples']} {args.split} examples{skipped}: top-1 {results['top1']:.4f}, "
           f"top-5 {results['top5']:.4f}, loss {results['loss']:.4f}")
     return 0
 

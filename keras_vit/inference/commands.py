@@ -74,6 +74,7 @@ def register(subparsers):
     export.add_argument("--atol", type=float, default=1e-4, metavar="FLOAT", help="largest accepted output difference")
     export.add_argument("--no-verify", action="store_true", help="skip loading the export and comparing outputs")
     export.add_argument("--quantize", choices=("int8", "float8", "int4"),
-                        help="export the model with its dense layers quantized (Keras' model.quantize)")
+                        help="export the model with its dense layers quantized (Keras' model.quantize); a "
+                        "format that does not take the mode is refused before anything is written")
     export.add_argument("--overwrite", action="store_true", help="replace what is at the output path (same kind only)")
     export.set_defaults(func=_export)

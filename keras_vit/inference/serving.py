@@ -53,6 +53,7 @@ class Format:
     needs: tuple  # the packages that write it
     runtime: tuple = ()  # the packages that run it (`verify`)
     entries: frozenset = frozenset()  # a folder format: the names it may hold (REQUIRED_ENTRY among them)
+    quantize: tuple = ("int8", "float8", "int4")  # the `model.quantize` modes whose export writes and runs
 
 
 # What marks an export as keras_vit's: a file in a folder format and in a PyTorch program's
@@ -64,22 +65,18 @@ SPECS = {
         ".savedmodel", ("tensorflow", "jax"), ("tensorflow",),
         entries=frozenset({"saved_model.pb", "fingerprint.pb", "keras_metadata.pb", "variables", "assets", MARK_FILE}),
     ),
-    "onnx": Format(".onnx", ("torch",), ("torch", "onnxscript", "onnx"), ("onnxruntime",)),  # or Keras' converter
-    "litert": Format(".tflite", ("tensorflow",), ("tensorflow",), ("ai_edge_litert",)),
+    # or Keras' converter; onnxruntime refuses the int4 graph (an int8 tensor subtracted from a float one)
+    "onnx": Format(".onnx", ("torch",), ("torch", "onnxscript", "onnx"), ("onnxruntime",), quantize=("int8", "float8")),
+    # LiteRT's fully_connected takes no int8 tensors (Keras' int8 matmuls multiply them); no float8 type
+    "litert": Format(".tflite", ("tensorflow",), ("tensorflow",), ("ai_edge_litert",), quantize=("int4",)),
+    # OpenVINO's CPU plugin cannot convert to float8, and runs Keras' int8 matmuls about 1 off the
+    # quantized model (ai-edge-litert 2.3.0, openvino 2026.4.1)
     "openvino": Format(".openvino", ("tensorflow",), ("tensorflow", "openvino"), ("openvino",),
-                       entries=frozenset({"model.xml", "model.bin", MARK_FILE})),
+                       entries=frozenset({"model.xml", "model.bin", MARK_FILE}), quantize=("int4",)),
     "torch": Format(".pt2", ("torch",), ("torch",)),
 }
 FORMATS = tuple(SPECS)
 REQUIRED_ENTRY = {"saved_model": "saved_model.pb", "openvino": "model.xml"}
-# Quantized models a format cannot hold (found with ai-edge-litert 2.3.0 and openvino 2026.4.1):
-# refused before anything is written. The others are verified against the quantized model.
-UNQUANTIZABLE = {
-    ("litert", "int8"): "LiteRT's fully_connected takes no int8 tensors, which Keras' int8 matmuls multiply",
-    ("litert", "float8"): "LiteRT has no float8 type",
-    ("openvino", "int8"): "OpenVINO's CPU plugin runs Keras' int8 matmuls about 1 off the quantized model",
-    ("openvino", "float8"): "OpenVINO's CPU plugin cannot convert to float8",
-}
 
 
 class ExportMismatch(ValueError):
@@ -301,14 +298,13 @@ def check_requirements(fmt, verify_outputs=True):
 
 
 def check_quantize(fmt, quantize):
-    """Raises ValueError (one line) if `fmt` cannot hold a model quantized to `quantize`."""
-    why = UNQUANTIZABLE.get((fmt, quantize))
-    if why:
-        from keras_vit.inference.quantization import MODES
-
-        held = [mode for mode in MODES if (fmt, mode) not in UNQUANTIZABLE]
-        raise ValueError(f"--quantize {quantize} cannot be exported as {fmt}: {why}; {fmt} takes --quantize "
-                         f"{', '.join(held)}.")
+    """Raises ValueError (one line) unless a model quantized to `quantize` (None: not) exports as `fmt`."""
+    if quantize is None or quantize in SPECS[fmt].quantize:
+        return
+    takes = ", ".join(SPECS[fmt].quantize) or "no quantized model"
+    others = ", ".join(name for name, spec in SPECS.items() if quantize in spec.quantize) or "no format"
+    raise ValueError(f"--quantize {quantize} cannot be exported as {fmt}: {fmt} takes {takes}; a {quantize} model "
+                     f"exports as {others}.")
 
 
 def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=False, quantize=None):

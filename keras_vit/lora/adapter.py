@@ -21,6 +21,8 @@ A model saved with `model.save` has the update folded into its kernels already (
 """
 
 import json
+import math
+import numbers
 import os
 import zipfile
 
@@ -59,12 +61,53 @@ def enable(model, rank, targets=("qkv", "out"), alpha=None):
     projections `targets` and freezes all other weights but the head's."""
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(f"lora_rank={rank!r} must be a whole number >= 1.")
+    if alpha is not None and not _is_scale(alpha):
+        raise ValueError(f"lora_alpha={alpha!r} must be a finite number > 0 (or None: the rank).")
     layers = _target_layers(model, targets)
+    narrowest = min(min(layer.kernel.shape) for layer in layers)
+    if rank > narrowest:
+        raise ValueError(f"lora_rank={rank} must be in [1, {narrowest}] for model {model.name!r}: its narrowest "
+                         f"projection among {', '.join(parse_targets(targets))} is {narrowest} wide.")
     for layer in layers:
         layer.enable_lora(rank, lora_alpha=alpha)
     freeze_all_but_head(model, keep=[v for layer in layers for v in (layer.lora_kernel_a, layer.lora_kernel_b)])
     model._lora = {"rank": rank, "alpha": layers[0].lora_alpha, "targets": list(parse_targets(targets))}
     return model
+
+
+def _is_scale(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _is_count(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def check_settings(arrays, settings, path):
+    """Raises ValueError (one line naming `path`) unless an adapter's settings are an object
+    whose rank is a whole number >= 1 (the width of its A matrices), alpha a finite number > 0,
+    targets names among `LORA_TARGETS`, num_heads and depth (where recorded) whole numbers >= 1."""
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path}: its LoRA settings are a {type(settings).__name__}; expected a JSON object "
+                         "with rank, alpha and targets.")
+    rank, alpha = settings.get("rank"), settings.get("alpha")
+    problems = [] if _is_count(rank) else [f"rank={rank!r} (expected a whole number >= 1)"]
+    if not _is_scale(alpha):
+        problems.append(f"alpha={alpha!r} (expected a finite number > 0)")
+    for name in ("num_heads", "depth"):
+        if name in settings and not _is_count(settings[name]):
+            problems.append(f"{name}={settings[name]!r} (expected a whole number >= 1)")
+    if "targets" in settings:
+        targets = settings["targets"]
+        if not (isinstance(targets, list) and all(isinstance(t, str) for t in targets)
+                and targets and set(targets) <= set(LORA_TARGETS)):
+            problems.append(f"targets={targets!r} (expected a list of names among {', '.join(LORA_TARGETS)})")
+    if not problems:
+        widths = {value.shape[-1] for key, value in arrays.items() if key.endswith("lora_kernel_a") and value.ndim}
+        if widths - {rank}:
+            problems.append(f"rank={rank} but A matrices of rank {', '.join(map(str, sorted(widths)))}")
+    if problems:
+        raise ValueError(f"{path}: its LoRA settings record {'; '.join(problems)}.")
 
 
 def _lora_layers(model):
@@ -113,9 +156,17 @@ def read(path):
 
     path = os.fspath(path)
     if lora_layouts.is_peft(path):
-        return lora_layouts.read_peft(path)
-    if path.endswith(lora_layouts.KERASHUB_SUFFIX):
-        return lora_layouts.read_kerashub(path)
+        arrays, settings = lora_layouts.read_peft(path)
+    elif path.endswith(lora_layouts.KERASHUB_SUFFIX):
+        arrays, settings = lora_layouts.read_kerashub(path)
+    else:
+        arrays, settings = _read_npz(path)
+    check_settings(arrays, settings, path)
+    return arrays, settings
+
+
+def _read_npz(path):
+    """`(arrays, settings)` of keras_vit's `lora.npz`."""
     try:  # as checkpoints are read: declared sizes bounded, members inflated within the limit, CRC checked
         stored = read_npz(regular_file(path, "as LoRA matrices"))
         settings = json.loads(str(stored.pop("__settings__").load()))

@@ -5,6 +5,7 @@ Plain Python, no Keras: the command line lists and checks options before importi
 """
 
 import dataclasses
+import importlib.util
 import os
 from typing import Optional, Union
 
@@ -58,6 +59,15 @@ def _check_split(split):
             "e.g. 0.8,0.1,0.1."
         )
     return split
+
+
+def _is_utf8(path):
+    """Whether the file system path `path` is UTF-8 (no undecodable bytes, kept as surrogates)."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclasses.dataclass
@@ -226,11 +236,19 @@ class TrainConfig:
             raise ValueError("layer_decay works with optimizer sgd, adam or adamw, not muon; set layer_decay=none.")
         if self.lora_rank and self.linear_probe:
             raise ValueError("lora_rank and linear_probe exclude each other: LoRA trains the head too.")
+        if self.tensorboard and self.output_dir and not _is_utf8(self.output_dir):
+            raise ValueError(f"output_dir={self.output_dir!r} is not UTF-8 text, which TensorBoard's writer needs; "
+                             "choose another folder name, or set tensorboard=false.")
         if self.batch_size % self.accumulation_steps:
             raise ValueError(
                 f"batch_size={self.batch_size} (per optimizer step) must be divisible by "
                 f"accumulation_steps={self.accumulation_steps}."
             )
+
+    @property
+    def writes_tensorboard(self):
+        """Whether the run writes TensorBoard logs: asked for (`tensorboard`) and the package is installed."""
+        return self.tensorboard and importlib.util.find_spec("tensorboard") is not None
 
     @property
     def micro_batch_size(self):

@@ -356,7 +356,7 @@ def make_callbacks(config, plan, state, extra):
         callbacks.append(ema.EvaluateAverage())
     if plan.is_chief:
         callbacks.append(RunLog(run_folder.path(config.run_dir, run_folder.LOG)))
-        if config.tensorboard and importlib.util.find_spec("tensorboard") is not None:
+        if config.writes_tensorboard:
             callbacks.append(keras.callbacks.TensorBoard(run_folder.path(config.run_dir, run_folder.TENSORBOARD)))
         elif config.tensorboard:
             warnings.warn("TensorBoard logs skipped: the `tensorboard` package is not installed.", stacklevel=3)

@@ -89,4 +89,4 @@ def config_callbacks(config, source, model, log_dir):
     if not config.fewshot_every:
         return []
     return [FewShotCallback(model, source, every=config.fewshot_every, image_size=config.image_size,
-                            log_dir=log_dir, tensorboard=config.tensorboard)]
+                            log_dir=log_dir, tensorboard=config.writes_tensorboard)]

@@ -94,9 +94,9 @@ def detect_container(path):
             f"{path} is a folder without weights (expected one of {', '.join(HF_WEIGHT_FILES)}, "
             f"or *{KERAS_WEIGHT_SUFFIX} files)."
         )
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"No checkpoint file or folder at {path}.")
-    with open(path, "rb") as f:
+    with open(regular_file(path, "as a checkpoint"), "rb") as f:
         head = f.read(8)
     if head == HDF5_MAGIC:
         return "keras_h5"
@@ -402,12 +402,12 @@ def read_keras(path):
         info = archive.getinfo("model.weights.h5")
         # h5py needs a seekable file: a stored member is read in place, a compressed one unpacked.
         member = archive.open(info) if info.compress_type == zipfile.ZIP_STORED else _unpacked(archive, info, path)
+        if not isinstance(config, dict):
+            raise ValueError(f"{path}: its config.json holds a {type(config).__name__}, not a JSON object.")
+        check_keras_config(config, path)
+        tensors = read_weights_h5(member, where=path)  # h5py reads a stored member to its end: its CRC is checked
     except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError, json.JSONDecodeError, KeyError) as error:
         raise ValueError(f"{path}: a damaged .keras file ({error}); get a fresh copy.") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: its config.json holds a {type(config).__name__}, not a JSON object.")
-    check_keras_config(config, path)
-    tensors = read_weights_h5(member, where=path)
     return RawCheckpoint(path, "keras", tensors, {"config": config})
 
 
@@ -449,7 +449,8 @@ def _shard_path(folder, index, shard):
     """The path of `shard`, named in the shard index `index`: a plain file name of a regular
     file in `folder` (a symlink to one, as in the Hugging Face cache, is followed)."""
     if not isinstance(shard, str) or shard in ("", ".", "..") or "/" in shard or "\\" in shard:
-        raise ValueError(f"{index}: shard {shard!r} is not a plain file name in {folder}; refusing to read it.")
+        raise ValueError(f"{index}: shard {shard!r} is not a plain file name in {folder}; refusing to read it "
+                         "(each weight_map value must name a file in the index's folder).")
     path = os.path.join(folder, shard)
     if not os.path.isfile(path):  # also False for devices, FIFOs and folders
         raise ValueError(f"{index}: shard {shard!r} is missing or not a regular file in {folder}.")
@@ -465,8 +466,8 @@ def _read_hf_weights(folder, name):
     if not isinstance(weight_map, dict):
         raise ValueError(f"{path}: a shard index without a weight_map (tensor name -> shard file).")
     tensors = {}
-    for shard in sorted(set(weight_map.values()), key=str):
-        tensors.update(_read_weights_file(_shard_path(folder, path, shard)))
+    for shard in sorted({_shard_path(folder, path, shard) for shard in weight_map.values()}):
+        tensors.update(_read_weights_file(shard))
     return tensors
 
 

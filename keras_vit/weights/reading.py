@@ -63,8 +63,8 @@ def resolve(source, config=None, force_download=False):
     """`(path, entry)`: the local path of `source`, an existing file or folder (entry None), or
     a named checkpoint's `registry.WeightsEntry` for the `ViTConfig` `config`'s variant and its
     file (downloaded into the cache if needed; again with `force_download`)."""
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.exists(source)):
-        if not os.path.exists(source):
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.lexists(source)):
+        if not os.path.lexists(source):  # a broken link or a loop is there: the reader names what it is
             raise FileNotFoundError(f"No checkpoint file or folder at {os.fspath(source)}.")
         return os.fspath(source), None
     if not isinstance(source, str):

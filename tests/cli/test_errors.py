@@ -243,3 +243,203 @@ def test_only_an_earlier_keras_vit_onnx_export_is_recognised(model_file, tmp_pat
     assert not export_lib.is_export("onnx", tmp_path / "notes.onnx")
     assert not export_lib.is_export("onnx", model_file)
     assert not export_lib.is_export("saved_model", tmp_path)
+
+
+# ------------------------------------------------------------------------- LoRA settings
+
+
+@pytest.fixture(scope="module")
+def lora_file(tmp_path_factory):
+    from keras_vit.lora import adapter
+
+    model = keras_vit.VisionTransformer(**SMALL)
+    adapter.enable(model, 2)
+    path = tmp_path_factory.mktemp("lora") / "lora.npz"
+    adapter.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda s: {**s, "rank": "2"}, "rank='2' (expected a whole number >= 1)"),
+        (lambda s: {**s, "rank": 10**12}, "rank=1000000000000 but A matrices of rank 2"),
+        (lambda s: {**s, "alpha": "x"}, "alpha='x' (expected a finite number > 0)"),
+        (lambda s: {**s, "alpha": float("nan")}, "alpha=nan (expected a finite number > 0)"),
+        (lambda s: {**s, "alpha": float("inf")}, "alpha=inf (expected a finite number > 0)"),
+        (lambda s: {k: v for k, v in s.items() if k != "alpha"}, "alpha=None (expected a finite number > 0)"),
+        (lambda s: {**s, "targets": None}, "targets=None (expected a list of names among qkv, out, mlp)"),
+        (lambda s: {**s, "num_heads": "2"}, "num_heads='2' (expected a whole number >= 1)"),
+        (lambda s: [s], "its LoRA settings are a list; expected a JSON object"),
+    ],
+)
+def test_malformed_lora_settings_are_refused(lora_file, tmp_path, capsys, change, expected):
+    """`lora.load` of alpha NaN gave a model of NaNs, a huge rank allocated it, wrong types raised
+    TypeError / AttributeError / KeyError; `export --format peft` of the same file too."""
+    import json
+
+    from keras_vit.lora import adapter
+
+    with np.load(lora_file) as stored:
+        arrays = {key: stored[key] for key in stored.files if key != "__settings__"}
+        settings = json.loads(str(stored["__settings__"]))
+    bad = tmp_path / "lora.npz"
+    np.savez(bad, __settings__=json.dumps(change(settings)), **arrays)
+    with pytest.raises(ValueError, match=re.escape(f"{bad}: its LoRA settings")) as info:
+        adapter.load(keras_vit.VisionTransformer(**SMALL), bad)
+    assert expected in str(info.value)
+    fails(["export", bad, "--format", "peft", "--output", tmp_path / "peft"], capsys, expected)
+    assert not (tmp_path / "peft").exists()
+
+
+@pytest.mark.parametrize("options, expected", [
+    (dict(rank=10**11), "lora_rank=100000000000 must be in [1, 32]"),
+    (dict(rank=2, alpha=float("nan")), "lora_alpha=nan must be a finite number > 0"),
+    (dict(rank=2, alpha="2"), "lora_alpha='2' must be a finite number > 0"),
+])
+def test_lora_options_out_of_range_are_refused(options, expected):
+    """A rank above the projections' width asked for terabytes; alpha NaN gave NaN outputs."""
+    from keras_vit.lora import adapter
+
+    model = keras_vit.VisionTransformer(**SMALL)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        adapter.enable(model, options["rank"], alpha=options.get("alpha"))
+    assert not any("lora" in v.path for v in model.weights)
+
+
+# ------------------------------------------------------------------------- a run's files beside a model
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    """A run folder as `train` leaves it (best.keras, classes.json, config.json) and its image folder."""
+    import json
+
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("runmeta")
+    rng = np.random.default_rng(0)
+    for name in ("a", "b", "c"):
+        (root / "data" / name).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(root / "data" / name / f"{i}.png")
+    (root / "run").mkdir()
+    keras_vit.VisionTransformer(**SMALL).save(root / "run" / "best.keras")
+    classes = {"class_names": ["a", "b", "c"], "image_size": 16, "eval_crop": 1.0}
+    config = {"data": str(root / "data"), "seed": 0, "val_fraction": 0.5}
+    return root, {"classes.json": json.dumps(classes), "config.json": json.dumps(config)}
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+@pytest.mark.parametrize("name, change, expected", [
+    ("classes.json", {"class_names": "abc"}, "classes.json: class_names='abc'; expected a list of strings"),
+    ("classes.json", {"class_names": ["a", "b"]}, "classes.json names 2 classes; the model"),
+    ("classes.json", {"image_size": 0}, "classes.json: image_size=0; expected a whole number >= 1"),
+    ("classes.json", {"eval_crop": "x"}, "classes.json: eval_crop='x' must be a number in (0, 1]"),
+    ("classes.json", {"eval_crop": None}, "classes.json: eval_crop=None must be a number in (0, 1]"),
+    ("config.json", {"seed": "x"}, "seed='x' must be a whole number >= 0 (as recorded in"),
+    ("config.json", {"train_split": 3}, "train_split=3 must be a path or split name"),
+])
+def test_run_files_beside_a_model_are_checked(run_folder, capsys, command, name, change, expected):
+    """predict / evaluate used classes.json / config.json unchecked: IndexError, ZeroDivisionError,
+    TypeError, or wrong class names printed."""
+    import json
+
+    root, recorded = run_folder
+    for file, text in recorded.items():
+        (root / "run" / file).write_text(json.dumps({**json.loads(text), **change}) if file == name else text)
+    model = root / "run" / "best.keras"
+    argv = ["predict", root / "data" / "a" / "0.png", "--model", model] if command == "predict" else ["evaluate", model]
+    if command == "predict" and name == "config.json":
+        assert main([str(a) for a in argv]) == 0  # predict reads no config.json value
+        return
+    fails(argv, capsys, expected)
+
+
+# ------------------------------------------------------------------------- non-UTF-8 file names
+
+NOT_UTF8 = os.fsdecode(b"caf\xe9")  # Latin-1 bytes: the file system's name, not UTF-8 text
+
+
+@pytest.mark.parametrize("where", ["data folder", "checkpoint", "output dir"])
+def test_file_names_that_are_not_utf8(tmp_path, capsys, where):
+    """Undecodable bytes in a name: a data folder's images are read (TensorFlow stopped on them),
+    a checkpoint converts, a run folder TensorBoard cannot write to is refused at the start."""
+    from PIL import Image
+
+    from tests.support.checkpoints import TINY
+
+    root = tmp_path / "data"
+    rng = np.random.default_rng(0)
+    for name in ("a", NOT_UTF8):
+        (root / name).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(root / name / f"{NOT_UTF8}{i}.png")
+    if where == "data folder":
+        keras_vit.VisionTransformer(**{**SMALL, "classes": 2}).save(tmp_path / "m.keras")
+        assert main(["evaluate", str(tmp_path / "m.keras"), "--data", str(root)]) == 0
+        assert "top-1" in capsys.readouterr().out
+    elif where == "checkpoint":
+        source = tmp_path / f"{NOT_UTF8}.npz"
+        np.savez(source, **original_npz_params(np.random.default_rng(0), **TINY))
+        assert main(["convert", str(source), str(tmp_path / f"{NOT_UTF8}.safetensors")]) == 0
+        assert os.path.isfile(tmp_path / f"{NOT_UTF8}.safetensors")
+    else:
+        run = tmp_path / f"run-{NOT_UTF8}"
+        fails(["train", "--data", root, "--image-size", "16", "--patch-size", "4", "--output-dir", run], capsys,
+              "is not UTF-8 text, which TensorBoard's writer needs", "tensorboard=false")
+        assert not run.exists()
+
+
+# ------------------------------------------------------------------------- optional packages
+
+
+def test_fewshot_every_without_the_tensorboard_package(tmp_path, capsys, monkeypatch):
+    """--fewshot-every wrote its TensorBoard scalars with tf.summary, which stops the run with
+    TBNotInstalledError without the package; now the few-shot rows go to fewshot.csv and log.csv,
+    and TensorBoard is skipped with one warning, as for the training logs."""
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed
+    run = tmp_path / "run"
+    argv = ["train", "--data", "digits", "--output-dir", run, "--steps", "4", "--batch-size", "32",
+            "--reference-batch-size", "32", "--image-size", "8", "--model", "custom", "--patch-size", "2",
+            "--hidden-dim", "16", "--depth", "1", "--num-heads", "2", "--mlp-dim", "32", "--fewshot-every", "2",
+            "--verbose", "0"]
+    with pytest.warns(UserWarning, match="TensorBoard logs skipped: the `tensorboard` package is not installed"):
+        assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
+    assert not (run / "tensorboard").exists()
+    assert (run / "fewshot.csv").read_text().count("\n") == 3  # the header, steps 2 and 4
+
+
+@pytest.mark.parametrize("fmt, mode, expected", [
+    ("onnx", "int4", "--quantize int4 cannot be exported as onnx: onnx takes int8, float8; a int4 model exports as "
+                     "saved_model, litert, openvino, torch"),
+    ("litert", "int8", "--quantize int8 cannot be exported as litert: litert takes int4"),
+    ("openvino", "float8", "openvino takes int4; a float8 model exports as saved_model, onnx, torch"),
+    ("saved_model,onnx", "int4", "cannot be exported as onnx"),
+])
+def test_export_of_a_quantization_a_format_does_not_take(model_file, tmp_path, capsys, fmt, mode, expected):
+    """onnx int4 stopped in onnxruntime with a traceback (litert int8 / float8 in its converter)."""
+    fails(["export", model_file, "--format", fmt, "--quantize", mode, "--output", tmp_path / "out"], capsys, expected)
+    assert os.listdir(tmp_path) == []
+
+
+def test_evaluate_counts_only_the_images_it_evaluated(tmp_path, capsys):
+    """A complete PNG damaged inside passes the folder scan and is dropped by the decoder;
+    evaluate counted it as evaluated."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for name in ("a", "b", "c"):
+            (tmp_path / "data" / split / name).mkdir(parents=True)
+            for i in range(2):
+                image = Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8))
+                image.save(tmp_path / "data" / split / name / f"{i}.png")
+    damaged = tmp_path / "data" / "val" / "b" / "1.png"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the image data: its CRC fails; the end marker stays
+    damaged.write_bytes(bytes(data))
+    keras_vit.VisionTransformer(**SMALL).save(tmp_path / "m.keras")
+    assert main(["evaluate", str(tmp_path / "m.keras"), "--data", str(tmp_path / "data")]) == 0
+    out = capsys.readouterr().out
+    assert "on 5 validation examples (1 skipped: files the decoder could not read)" in out, out

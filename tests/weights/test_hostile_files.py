@@ -4,6 +4,7 @@ on every backend, so these run on one."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -231,9 +232,32 @@ def test_kerashub_config_of_wrong_types_or_values_is_refused(preset, tmp_path, c
     assert not (tmp_path / "out.npz").exists()
 
 
-def test_classifier_preset_without_its_head_weights_is_refused(preset, tmp_path, capsys):
-    (preset / "task.weights.h5").unlink()
-    fails(["convert", preset, tmp_path / "out.npz"], capsys, "declares a classifier of 5 classes", "task.weights.h5 missing")
+@pytest.fixture
+def deit_preset(tmp_path):
+    """A KerasHub DeiTImageClassifier preset (5 classes), written by keras-hub."""
+    keras_hub = pytest.importorskip("keras_hub")
+    backbone = keras_hub.models.DeiTBackbone(patch_size=4, num_layers=1, hidden_dim=32, num_heads=2,
+                                             intermediate_dim=64, image_shape=(16, 16, 3))
+    keras_hub.models.DeiTImageClassifier(backbone=backbone, num_classes=5).save_to_preset(str(tmp_path / "deit"))
+    return tmp_path / "deit"
+
+
+@pytest.mark.parametrize("reader", ["preset", "deit_preset"])
+@pytest.mark.parametrize("damage, expected", [
+    ("no task.weights.h5", "declares a classifier of 5 classes, but the preset has no head weights (task.weights.h5 missing)"),
+    (10, "declares a classifier of 10 classes, but the preset has a head of shape (32, 5)"),
+    ("5", "task.json's num_classes='5'; expected a whole number >= 1"),
+])
+def test_classifier_preset_head_must_fit_its_task_json(request, tmp_path, capsys, reader, damage, expected):
+    """A KerasHub DeiT classifier preset without task.weights.h5 converted without its head, and
+    its task.json class count was not checked (the ViT preset's was)."""
+    folder = request.getfixturevalue(reader)
+    if damage == "no task.weights.h5":
+        (folder / "task.weights.h5").unlink()
+    else:
+        edit_json(folder / "task.json", lambda c: {**c, "config": {**c["config"], "num_classes": damage}})
+    fails(["convert", folder, tmp_path / "out.npz"], capsys, f"{folder}: ", expected)
+    assert not (tmp_path / "out.npz").exists()
 
 
 @pytest.mark.parametrize(
@@ -255,6 +279,51 @@ def test_hugging_face_config_values_are_validated(npz, tmp_path, capsys, change,
     assert not (tmp_path / "out.npz").exists()
 
 
+@pytest.fixture(scope="module")
+def family_folders(tmp_path_factory):
+    """transformers folders (random weights) of the DeiT, DINOv2, SigLIP and DINOv3 readers."""
+    transformers = pytest.importorskip("transformers")
+    sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32,
+                 patch_size=8)
+    folders = {}
+    for name, model, config in (
+        ("deit", "DeiTForImageClassificationWithTeacher", transformers.DeiTConfig(num_labels=3, **sizes)),
+        ("dinov2", "Dinov2Model", transformers.Dinov2Config(**sizes)),
+        ("siglip", "SiglipVisionModel", transformers.SiglipVisionConfig(**sizes)),
+        ("dinov3", "DINOv3ViTModel", transformers.DINOv3ViTConfig(**sizes)),
+    ):
+        folders[name] = tmp_path_factory.mktemp(name)
+        getattr(transformers, model)(config).save_pretrained(folders[name])
+    return folders
+
+
+FAMILY_CONFIG_CASES = [
+    *((family, change, expected) for family in ("deit", "dinov2", "siglip", "dinov3") for change, expected in (
+        (lambda c: {**c, "patch_size": 0}, "patch_size=0; expected a whole number >= 1"),
+        (lambda c: {**c, "patch_size": "8"}, "patch_size='8'; expected a whole number >= 1"),
+        (lambda c: {**c, "image_size": None}, "image_size=None; expected a whole number >= 1"),
+        (lambda c: {**c, "image_size": [32, 32, 32]}, "image_size=[32, 32, 32]; expected a whole number >= 1"),
+    )),
+    ("siglip", lambda c: {"model_type": "siglip", "vision_config": [c]}, "vision_config is a list; expected a JSON object"),
+    ("siglip", lambda c: {"model_type": "siglip", "vision_config": None}, "vision_config is a NoneType; expected"),
+]
+
+
+@pytest.mark.parametrize("family, change, expected", FAMILY_CONFIG_CASES)
+def test_family_config_values_are_validated(family_folders, tmp_path, capsys, family, change, expected):
+    """The DeiT / DINOv2 / SigLIP / DINOv3 readers divided `image_size` by `patch_size` unchecked
+    (ZeroDivisionError, TypeError) and read a SigLIP pair's `vision_config` as an object."""
+    folder = tmp_path / family
+    folder.mkdir()
+    for name in os.listdir(family_folders[family]):
+        (folder / name).write_bytes((family_folders[family] / name).read_bytes())
+    edit_json(folder / "config.json", change)
+    fails(["convert", folder, tmp_path / "out.npz"], capsys, f"{folder}: ", expected)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        convert_checkpoint(folder, tmp_path / "out.npz")
+    assert not (tmp_path / "out.npz").exists()
+
+
 # ------------------------------------------------------------------ 10: damaged .keras
 
 
@@ -268,6 +337,53 @@ def test_keras_file_with_a_bad_crc_is_refused_in_one_line(tmp_path, capsys):
     data[start + 1] ^= 0x20  # config.json's bytes no longer match their CRC-32
     (tmp_path / "bad.keras").write_bytes(bytes(data))
     fails(["convert", tmp_path / "bad.keras", tmp_path / "out.npz"], capsys, "bad.keras: a damaged .keras file")
+
+
+@pytest.mark.parametrize("command", ["convert", "from_checkpoint", "train --weights"])
+def test_keras_file_with_one_flipped_bit_in_its_weights_is_refused_in_one_line(tmp_path, capsys, command):
+    """A bit flipped inside the stored weights member raised BadZipFile (a traceback) from h5py's
+    read of the member in convert and train --weights."""
+    import keras_vit
+
+    small = dict(patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, input_shape=(16, 16, 3), classes=3)
+    keras_vit.VisionTransformer(**small).save(tmp_path / "m.keras")
+    data = bytearray((tmp_path / "m.keras").read_bytes())
+    with zipfile.ZipFile(tmp_path / "m.keras") as zf:
+        info = zf.getinfo("model.weights.h5")
+    assert info.compress_type == zipfile.ZIP_STORED
+    data[info.header_offset + 30 + len(info.filename) + len(info.extra) + info.file_size // 2] ^= 1
+    bad = tmp_path / "flipped.keras"
+    bad.write_bytes(bytes(data))
+    expected = f"{bad}: a damaged .keras file (Bad CRC-32 for file 'model.weights.h5')"
+    if command == "from_checkpoint":
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            keras_vit.from_checkpoint(bad)
+    elif command == "convert":
+        fails(["convert", bad, tmp_path / "out.npz"], capsys, expected)
+    else:
+        architecture = ["--model", "custom", "--patch-size", "4", "--hidden-dim", "16", "--depth", "1", "--num-heads",
+                        "2", "--mlp-dim", "32", "--image-size", "16", "--data", tmp_path / "data.npz"]
+        np.savez(tmp_path / "data.npz", x_train=np.zeros((4, 16, 16, 3), np.uint8), y_train=np.arange(4) % 2)
+        fails(["train", "--weights", bad, *architecture, "--steps", "1", "--batch-size", "2",
+               "--output-dir", tmp_path / "run"], capsys, expected)
+    assert not (tmp_path / "out.npz").exists()
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("fifo", "is not a regular file but a FIFO (named pipe); refusing to read it as a checkpoint"),
+    ("loop", "is not a regular file but a symbolic link loop"),
+    ("dev_null", "is not a regular file but a device"),
+])
+def test_convert_names_what_a_checkpoint_path_is(tmp_path, capsys, kind, expected):
+    """`convert` on a FIFO said "No checkpoint file or folder", as if nothing were there."""
+    path = tmp_path / "ckpt.npz"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "loop":
+        os.symlink(path, path)
+    else:
+        os.symlink("/dev/null", path)
+    fails(["convert", path, tmp_path / "out.npz"], capsys, f"{path} {expected}")
 
 
 # ------------------------------------------------------------------ 14, 15: what convert writes

@@ -15,6 +15,7 @@ import pytest
 import keras_vit
 from keras_vit.weights import convert_checkpoint
 from tests.support.checkpoints import TINY, TINY_IMAGE, images, original_npz_params
+from tests.support.commands import fails
 
 KERNEL = "Transformer/encoderblock_1/MlpBlock_3/Dense_0/kernel"
 
@@ -118,16 +119,21 @@ def test_sharded_folder_loads(sharded, tmp_path, rng):
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)), hf_logits(folder, x), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("shard", ["../outside.safetensors", "ABSOLUTE", "sub/model.safetensors", ".."])
-def test_shard_names_must_be_plain_file_names(sharded, tmp_path, shard):
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "ABSOLUTE", "sub/model.safetensors", "..",
+                                   ["model-00001-of-00001.safetensors"], {"file": "model-00001-of-00001.safetensors"},
+                                   3, None])
+def test_shard_names_must_be_plain_file_names(sharded, tmp_path, capsys, shard):
+    """A weight_map value that is a path, or not a string at all (a list or an object was a TypeError)."""
     outside = tmp_path / "outside.safetensors"
     shutil.copy(sharded / "model-00001-of-00001.safetensors", outside)
     shard = str(outside) if shard == "ABSOLUTE" else shard
     folder = with_shard(sharded, tmp_path, shard)
     os.makedirs(folder / "sub")
     shutil.copy(outside, folder / "sub" / "model.safetensors")
-    with pytest.raises(ValueError, match=rf"shard {re.escape(repr(shard))} is not a plain file name in {folder}"):
+    expected = f"shard {shard!r} is not a plain file name in {folder}"
+    with pytest.raises(ValueError, match=re.escape(expected)):
         keras_vit.VisionTransformer(**TINY, classes=5, weights=str(folder))
+    fails(["convert", folder, tmp_path / "out.npz"], capsys, expected, "must name a file in the index's folder")
 
 
 @pytest.mark.parametrize("kind", ["dev_zero", "fifo", "folder"])

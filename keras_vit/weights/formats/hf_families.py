@@ -101,9 +101,15 @@ SIGLIP_TABLE = Table(
 
 
 def _config(raw):
-    """The model's `config.json` (a SigLIP pair's `vision_config`)."""
+    """The model's `config.json` (a SigLIP pair's `vision_config`, which must be an object)."""
     config = raw.meta.get("config") or {}
-    return config.get("vision_config", config) if config.get("model_type") in ("siglip", "siglip2") else config
+    if config.get("model_type") not in ("siglip", "siglip2") or "vision_config" not in config:
+        return config
+    vision = config["vision_config"]
+    if not isinstance(vision, dict):
+        raise ValueError(f"{raw.path}: its config's vision_config is a {type(vision).__name__}; expected a JSON "
+                         "object ({...}) of the image tower's settings.")
+    return vision
 
 
 def _detector(model_types, marker):
@@ -240,15 +246,10 @@ def metadata(raw, tensors, preprocessing=None, hidden_act="gelu", gelu=True):
     `hidden_act`: the family's GELU where there is no `config.json` or it names none (its
     config class's default); `gelu=False`: a model without GELU (a gated SiLU MLP)."""
     config = _config(raw)
-    grid = None
-    if "image_size" in config and "patch_size" in config:
-        size = config["image_size"]
-        size = size if isinstance(size, (list, tuple)) else (size, size)
-        grid = tuple(s // config["patch_size"] for s in size)
     return Metadata(
         approximate_gelu=huggingface.gelu(config, hidden_act) if gelu else None,
         num_heads=config.get("num_attention_heads"),
-        grid=grid,
+        grid=huggingface.config_grid(config, raw.path),
         layer_norm_epsilon=config.get("layer_norm_eps"),
         preprocessing=preprocessing,
     )

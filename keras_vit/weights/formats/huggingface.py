@@ -101,17 +101,22 @@ def gelu(config, default="gelu"):
     raise ValueError(f"Hugging Face config hidden_act={act!r}: keras_vit's ViT supports GELU (exact or tanh).")
 
 
+def config_grid(config, path):
+    """The patch grid `config.json`'s `image_size` / `patch_size` give (None unless it records
+    both); a one-line ValueError where either is not a whole number >= 1 (or a pair of them)."""
+    if "image_size" not in config or "patch_size" not in config:
+        return None
+    size = config_pair(config["image_size"], "image_size", path)
+    patch = config_pair(config["patch_size"], "patch_size", path)
+    return tuple(s // p for s, p in zip(size, patch))
+
+
 def metadata(raw, tensors):
     config = _config(raw)
-    grid = None
-    if "image_size" in config and "patch_size" in config:
-        size = config_pair(config["image_size"], "image_size", raw.path)
-        patch = config_pair(config["patch_size"], "patch_size", raw.path)
-        grid = tuple(s // p for s, p in zip(size, patch))
     return Metadata(
         approximate_gelu=gelu(config),
         num_heads=config.get("num_attention_heads"),
-        grid=grid,
+        grid=config_grid(config, raw.path),
         layer_norm_epsilon=config.get("layer_norm_eps"),
     )
 

@@ -110,6 +110,17 @@ def preset_configs(raw):
     return backbone, _object(task.get("config", {}), "task.json's config", raw.path)
 
 
+def check_classes(raw, task, head):
+    """Raises ValueError (one line) unless the head kernel `head` (None: the preset has none)
+    gives the class count the task config declares (if it declares one)."""
+    classes = task.get("num_classes")
+    if classes is not None and (isinstance(classes, bool) or not isinstance(classes, int) or classes < 1):
+        raise ValueError(f"{raw.path}: task.json's num_classes={classes!r}; expected a whole number >= 1.")
+    if classes is not None and (head is None or head.shape[-1:] != (classes,)):
+        found = "no head weights (task.weights.h5 missing)" if head is None else f"a head of shape {head.shape}"
+        raise ValueError(f"{raw.path}: task.json declares a classifier of {classes!r} classes, but the preset has {found}.")
+
+
 def prepare(raw):
     """The ViT's own variables (a classifier's backbone prefix dropped), with zero biases where
     the config leaves them out; refuses what keras_vit's ViT cannot hold."""
@@ -128,11 +139,7 @@ def prepare(raw):
             "tokens, class token included); keras_vit's head reads the class token (pooling='token')."
         )
     tensors = {_strip(key, os.path.isdir(raw.path)): value for key, value in raw.tensors.items()}
-    classes = task.get("num_classes")
-    head = tensors.get("predictions/vars/0")
-    if classes is not None and (head is None or head.shape[-1:] != (classes,)):
-        found = "no head weights (task.weights.h5 missing)" if head is None else f"a head of shape {head.shape}"
-        raise ValueError(f"{raw.path}: task.json declares a classifier of {classes!r} classes, but the preset has {found}.")
+    check_classes(raw, task, tensors.get("predictions/vars/0"))
     for flag, layers in _BIASES.items():
         if backbone.get(flag) is False:
             kernels = [k for k in tensors if k.endswith("/vars/0") and any(layer in k for layer in layers)]

@@ -21,7 +21,9 @@ import numpy as np
 from keras_vit.weights.canonical import ATTN, BLOCK, DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QKV, REG, Metadata
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.formats.common import config_pair
-from keras_vit.weights.formats.kerashub import layer_rows, posemb_from_canonical, posemb_to_canonical, preset_configs
+from keras_vit.weights.formats.kerashub import (
+    check_classes, layer_rows, posemb_from_canonical, posemb_to_canonical, preset_configs,
+)
 from keras_vit.weights.lazy import LazyArray, concat
 from keras_vit.weights.table import Row, Table, pairs
 from keras_vit.weights.transforms import bias_to_heads, heads_to_bias, heads_of
@@ -308,6 +310,7 @@ def _preparer(family):
         for name, value in zip(family.embedding_names([v.shape for v in values]), values):
             if name is not DROPPED:
                 tensors[f"{family.embedding}/{name}"] = value
+        check_classes(raw, task, tensors.get("predictions/vars/0"))
         return family.tensors(tensors)
 
     return prepare
