@@ -281,7 +281,7 @@ def test_hugging_face_config_values_are_validated(npz, tmp_path, capsys, change,
 
 @pytest.fixture(scope="module")
 def family_folders(tmp_path_factory):
-    """transformers folders (random weights) of the DeiT, DINOv2, SigLIP and DINOv3 readers."""
+    """transformers folders (random weights) of the DeiT, DINOv2, SigLIP, DINOv3 and SigLIP 2 readers."""
     transformers = pytest.importorskip("transformers")
     sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32,
                  patch_size=8)
@@ -291,6 +291,8 @@ def family_folders(tmp_path_factory):
         ("dinov2", "Dinov2Model", transformers.Dinov2Config(**sizes)),
         ("siglip", "SiglipVisionModel", transformers.SiglipVisionConfig(**sizes)),
         ("dinov3", "DINOv3ViTModel", transformers.DINOv3ViTConfig(**sizes)),
+        ("siglip2", "Siglip2VisionModel", transformers.Siglip2VisionConfig(
+            **{k: v for k, v in sizes.items() if k != "image_size"}, num_patches=16)),
     ):
         folders[name] = tmp_path_factory.mktemp(name)
         getattr(transformers, model)(config).save_pretrained(folders[name])
@@ -303,6 +305,10 @@ FAMILY_CONFIG_CASES = [
         (lambda c: {**c, "patch_size": "8"}, "patch_size='8'; expected a whole number >= 1"),
         (lambda c: {**c, "image_size": None}, "image_size=None; expected a whole number >= 1"),
         (lambda c: {**c, "image_size": [32, 32, 32]}, "image_size=[32, 32, 32]; expected a whole number >= 1"),
+    )),
+    *(("siglip2", change, expected) for change, expected in (  # NaFlex: no image_size; patch_size shapes the kernel
+        (lambda c: {**c, "patch_size": 0}, "patch_size=0; expected a whole number >= 1"),
+        (lambda c: {**c, "patch_size": "8"}, "patch_size='8'; expected a whole number >= 1"),
     )),
     ("siglip", lambda c: {"model_type": "siglip", "vision_config": [c]}, "vision_config is a list; expected a JSON object"),
     ("siglip", lambda c: {"model_type": "siglip", "vision_config": None}, "vision_config is a NoneType; expected"),

@@ -19,7 +19,7 @@ import numpy as np
 from keras_vit.weights.canonical import ATTN, DIST, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, POSEMB, QKV, REG, Metadata
 from keras_vit.weights.formats import huggingface
 from keras_vit.weights.formats.base import Format
-from keras_vit.weights.formats.common import linear_row, torch_rows
+from keras_vit.weights.formats.common import config_pair, linear_row, torch_rows
 from keras_vit.weights.formats.huggingface import common_config, hf_config, hf_preprocessor_config, write_folder
 from keras_vit.weights.formats.timm import fused_qkv_from_canonical, fused_qkv_to_canonical
 from keras_vit.weights.lazy import LazyArray, concat
@@ -213,9 +213,10 @@ def prepare_siglip2(raw):
     key = "embeddings.patch_embedding.weight"
     if key in tensors and len(tensors[key].shape) == 2:
         width, values = tensors[key].shape
-        patch = _config(raw).get("patch_size") or math.isqrt(values // 3)
-        channels = values // (patch * patch)
-        if channels * patch * patch != values:
+        config = _config(raw)
+        patch = config_pair(config["patch_size"], "patch_size", raw.path)[0] if "patch_size" in config else math.isqrt(values // 3)
+        channels = values // (patch * patch) if patch else 0
+        if not channels or channels * patch * patch != values:
             raise ValueError(f"{raw.path}: {key} has {values} inputs, not patch_size={patch} squared times channels.")
         tensors[key] = tensors[key].reshape(width, patch, patch, channels).transpose(0, 3, 1, 2)
     return tensors
