@@ -18,6 +18,15 @@ import uuid
 TMP_PREFIX = ".keras_vit-tmp-"
 
 
+def parse_json(text):
+    """`json.loads(text)`; nesting too deep for Python's parser is a `json.JSONDecodeError` (a
+    ValueError) like any malformed JSON, not a RecursionError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", "", 0) from None
+
+
 def _umask():
     mask = os.umask(0)
     os.umask(mask)

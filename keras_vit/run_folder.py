@@ -75,7 +75,7 @@ def is_run(run_dir):
     config = path(run_dir, CONFIG)
     try:
         with open(files.regular_file(config, "as a run's config"), encoding="utf-8") as handle:
-            recorded = json.load(handle)
+            recorded = files.parse_json(handle.read())
     except (OSError, ValueError):
         return False
     return isinstance(recorded, dict) and all(key in recorded for key in CONFIG_KEYS)
@@ -218,9 +218,9 @@ def load_keras_file(file):
     try:
         if zipfile.is_zipfile(file):  # the sizes it declares, checked before Keras allocates them
             with zipfile.ZipFile(file) as archive:
-                check_keras_config(json.loads(archive.read("config.json")), file)
+                check_keras_config(files.parse_json(archive.read("config.json")), file)
         return keras.saving.load_model(file)
-    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, TypeError) as error:
+    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, TypeError, json.JSONDecodeError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(f"{file}: cannot load it as a Keras model ({reason[:300]}).") from None
 

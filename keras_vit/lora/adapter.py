@@ -29,7 +29,7 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_vit.files import atomic_path, regular_file
+from keras_vit.files import atomic_path, parse_json, regular_file
 from keras_vit.layers.linear import Linear
 from keras_vit.lora.targets import LORA_TARGETS, parse_lora_targets as parse_targets
 from keras_vit.weights.containers import read_npz
@@ -169,7 +169,7 @@ def _read_npz(path):
     """`(arrays, settings)` of keras_vit's `lora.npz`."""
     try:  # as checkpoints are read: declared sizes bounded, members inflated within the limit, CRC checked
         stored = read_npz(regular_file(path, "as LoRA matrices"))
-        settings = json.loads(str(stored.pop("__settings__").load()))
+        settings = parse_json(str(stored.pop("__settings__").load()))
         arrays = {key: tensor.load() for key, tensor in stored.items()}
     except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
         raise ValueError(f"{path} is not a LoRA file written by keras_vit.lora.adapter.save, a PEFT adapter folder "

@@ -25,6 +25,7 @@ import re
 
 import numpy as np
 
+from keras_vit.files import parse_json
 from keras_vit.weights.formats.huggingface import _V5_MODULES
 
 BLOCK = "encoder/encoderblock_{i}/"
@@ -191,7 +192,7 @@ def read_peft(folder):
 
     try:
         with open(os.path.join(folder, PEFT_CONFIG), encoding="utf-8") as f:
-            config = json.load(f)
+            config = parse_json(f.read())
         tensors = load_file(os.path.join(folder, PEFT_WEIGHTS))
     except (OSError, ValueError, SafetensorError) as error:
         raise ValueError(f"{folder} is not a readable PEFT adapter folder ({error}).") from None
@@ -298,12 +299,17 @@ def write_kerashub(path, arrays, settings):
 def read_kerashub(path):
     import h5py
 
+    from keras_vit.weights.containers import h5_array
+
     try:
         with h5py.File(path, "r") as f:
-            rank = int(f["lora/vars/rank"][()])
-            layers = {int(k): (f[f"lora/{k}/vars/lora_kernel_a"][()], f[f"lora/{k}/vars/lora_kernel_b"][()])
+            def read(name):  # bounded and checked against what the file stores, as checkpoints are
+                return h5_array(f[name], f"{name!r} in {path}")
+
+            rank = int(read("lora/vars/rank"))
+            layers = {int(k): (read(f"lora/{k}/vars/lora_kernel_a"), read(f"lora/{k}/vars/lora_kernel_b"))
                       for k in f["lora"] if k != "vars"}
-    except (OSError, KeyError, ValueError) as error:
+    except (OSError, KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{path} is not a KerasHub LoRA file (save_lora_weights) ({error}).") from None
     if not layers:
         raise ValueError(f"{path}: a KerasHub LoRA file without LoRA layers.")

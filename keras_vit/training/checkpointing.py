@@ -18,7 +18,6 @@ position in the input stream follow from it.
 """
 
 import contextlib
-import json
 import math
 import os
 import re
@@ -28,7 +27,7 @@ import keras
 import numpy as np
 
 from keras_vit import run_folder
-from keras_vit.files import atomic_path, regular_file, remove_stale, write_json
+from keras_vit.files import atomic_path, parse_json, regular_file, remove_stale, write_json
 from keras_vit.training import ema
 
 STATE = run_folder.STATE
@@ -70,7 +69,7 @@ def read_state(directory):
         return None
     try:
         with open(regular_file(path, "as the run state"), "rb") as handle:
-            state = json.load(handle)
+            state = parse_json(handle.read())
     except ValueError as error:  # also the refusal of a FIFO, device or folder
         if not os.path.isfile(path):
             raise BadRunState(f"{error} Move it away to start the run anew.") from None

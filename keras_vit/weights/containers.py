@@ -23,7 +23,7 @@ import zlib
 import h5py
 import numpy as np
 
-from keras_vit.files import atomic_path, regular_file
+from keras_vit.files import atomic_path, parse_json, regular_file
 from keras_vit.limits import check_keras_config, check_shape
 from keras_vit.weights.lazy import CRCCheck, FileArray, LazyArray, bfloat16_to_float32
 
@@ -346,6 +346,13 @@ def _check_stored(dataset, source):
         )
 
 
+def h5_array(dataset, source):
+    """The values of one HDF5 dataset, read once its declared shape is bounded and matches
+    what it stores (the inflation limit for a compressed one)."""
+    _check_stored(dataset, source)
+    return LazyArray(dataset.shape, dataset.dtype, lambda: dataset[()], source).load()
+
+
 def _h5_variables(group, chain, out, where, prefix):
     variables = group.get("vars")
     if isinstance(variables, h5py.Group) and chain is not None:
@@ -398,7 +405,7 @@ def read_keras(path):
     `config.json` (meta "config"). A damaged zip (CRC, truncation) is refused in one line."""
     try:
         archive = zipfile.ZipFile(path)
-        config = json.loads(archive.read("config.json"))
+        config = parse_json(archive.read("config.json"))
         info = archive.getinfo("model.weights.h5")
         # h5py needs a seekable file: a stored member is read in place, a compressed one unpacked.
         member = archive.open(info) if info.compress_type == zipfile.ZIP_STORED else _unpacked(archive, info, path)
@@ -418,7 +425,7 @@ def read_json(path):
     """The JSON object (a dict) in the regular file at `path`, or a one-line ValueError."""
     try:
         with open(regular_file(path, "as part of a checkpoint"), encoding="utf-8") as f:
-            data = json.load(f)
+            data = parse_json(f.read())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path}: not a valid JSON file ({error}).") from None
     if not isinstance(data, dict):

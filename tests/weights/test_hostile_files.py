@@ -482,3 +482,56 @@ def test_a_failed_write_is_one_line_and_leaves_nothing(npz, tmp_path, capsys, mo
     (tmp_path / "out.npz").write_bytes(b"old")
     fails(["convert", npz, tmp_path / "out.npz", "--overwrite"], capsys, "Writing", "out.npz failed: Can't decrement")
     assert sorted(os.listdir(tmp_path)) == ["out.npz", "src"] and (tmp_path / "out.npz").read_bytes() == b"old"
+
+
+# ------------------------------------------------------------------ JSON nested too deeply
+
+DEEP = "[" * 200_000 + "]" * 200_000  # past Python's recursion limit: json.loads raised RecursionError
+
+
+def _deep_keras(path):
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("config.json", DEEP)
+        zf.writestr("model.weights.h5", b"")
+    return path
+
+
+def _deep_state(tmp_path):
+    (tmp_path / "state.json").write_text(DEEP)
+    from keras_vit.training.checkpointing import read_state
+    read_state(str(tmp_path))
+
+
+def _deep_peft(tmp_path):
+    from keras_vit.lora import adapter, layouts
+    (tmp_path / layouts.PEFT_CONFIG).write_text(DEEP)
+    (tmp_path / layouts.PEFT_WEIGHTS).write_bytes(b"")
+    adapter.read(tmp_path)
+
+
+def _deep_hf_folder(tmp_path):
+    (tmp_path / "config.json").write_text(DEEP)
+    from safetensors.numpy import save_file
+    save_file({"embeddings.cls_token": np.zeros((1, 1, 8), "float32")}, str(tmp_path / "model.safetensors"))
+    convert_checkpoint(tmp_path, tmp_path / "out.npz")
+
+
+def _deep_from_checkpoint(tmp_path):
+    from keras_vit.weights import read_checkpoint
+    read_checkpoint(str(_deep_keras(tmp_path / "model.keras")))
+
+
+def _deep_load_model(tmp_path):
+    from keras_vit.run_folder import load_keras_file
+    load_keras_file(str(_deep_keras(tmp_path / "model.keras")))
+
+
+@pytest.mark.parametrize("read", [_deep_state, _deep_peft, _deep_hf_folder, _deep_from_checkpoint, _deep_load_model],
+                         ids=lambda f: f.__name__[len("_deep_"):])
+def test_json_nested_too_deeply_is_refused_in_one_line(tmp_path, read):
+    """`state.json`, a PEFT `adapter_config.json`, a Hugging Face `config.json`, a `.keras`
+    file's `config.json`: a RecursionError traceback, now a one-line ValueError as other
+    malformed JSON."""
+    with pytest.raises(ValueError) as error:
+        read(tmp_path)
+    assert "\n" not in str(error.value) and "nested too deeply" in str(error.value), str(error.value)

@@ -303,3 +303,21 @@ def test_lora_files_declaring_huge_arrays_are_refused_before_reading(tmp_path, c
     assert ("refused 0" if command == "read" else "exit 2") in done.stdout, done.stdout + done.stderr[-3000:]
     assert expected in done.stdout + done.stderr and "Traceback" not in done.stderr, done.stdout + done.stderr[-3000:]
     assert not (tmp_path / "peft").exists()
+
+
+def test_a_kerashub_lora_file_declaring_a_huge_array_is_refused_before_reading(tmp_path):
+    """`lora.read` of a KerasHub `.lora.h5` read each matrix whole with h5py: a gzip dataset
+    with no chunk written declares 16 GiB in a few kB. It is read as `.weights.h5` checkpoints
+    are (the declared size against what is stored)."""
+    path = tmp_path / "adapter.lora.h5"
+    with h5py.File(path, "w") as f:
+        f["lora/vars/rank"] = 2
+        f.create_dataset("lora/0/vars/lora_kernel_a", shape=(2**16, 2**16), dtype="float32", compression="gzip",
+                         chunks=(256, 256))
+        f["lora/0/vars/lora_kernel_b"] = np.zeros((2, 8), "float32")
+    assert path.stat().st_size < 2**20
+    script = ("from keras_vit.lora import adapter\ntry:\n    adapter.read(%r)\nexcept ValueError as error:\n"
+              "    print('refused', str(error).count(chr(10)), str(error))\n" % str(path))
+    done = run_limited(script, limit_gib=8, timeout=120)
+    assert "refused 0" in done.stdout and "declares a (65536, 65536) tensor" in done.stdout, \
+        done.stdout + done.stderr[-3000:]
