@@ -1,9 +1,11 @@
 """Test helpers for keras_vit.weights: checkpoints written by hand from the documented layouts
 (SPEC.md section 2), and references computed without keras_vit (transformers, plain torch)."""
 
+import json
 import os
 import shutil
 import tempfile
+import zipfile
 
 import numpy as np
 
@@ -209,3 +211,19 @@ def timm_reference_logits(state_dict, images, num_heads, eps=1e-6):
 
 def images(rng, batch=2, size=TINY_IMAGE):
     return rng.uniform(-1, 1, size=(batch, size, size, 3)).astype(np.float32)
+
+
+def edit_keras_config(src, dst, layer_class, field, value):
+    """Copies the `.keras` file `src` to `dst` with `field` of every `layer_class` layer's
+    config set to `value` (weights unchanged)."""
+    with zipfile.ZipFile(src) as source, zipfile.ZipFile(dst, "w") as target:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == "config.json":
+                config = json.loads(data)
+                for layer in config["config"]["layers"]:
+                    if layer["class_name"] == layer_class:
+                        layer["config"][field] = value
+                data = json.dumps(config)
+            target.writestr(info.filename, data)
+    return dst

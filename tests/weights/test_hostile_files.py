@@ -18,7 +18,7 @@ from keras_vit.cli import main
 from keras_vit.weights import convert_checkpoint
 from tests.support import BACKEND
 from tests.support.commands import fails
-from tests.support.checkpoints import original_npz_params
+from tests.support.checkpoints import edit_keras_config, original_npz_params
 
 pytestmark = pytest.mark.skipif(BACKEND != "torch", reason="file handling, the same on every backend")
 
@@ -445,16 +445,7 @@ def test_keras_file_metadata_of_wrong_types_is_refused(tmp_path, capsys):
         ("Encoder", "layer_norm_epsilon", 0, "layer_norm_epsilon=0"),
         ("TokenPooling", "mode", "max", "pooling='max'"),
     ):
-        with zipfile.ZipFile(tmp_path / "m.keras") as src, zipfile.ZipFile(tmp_path / "odd.keras", "w") as dst:
-            for info in src.infolist():
-                data = src.read(info)
-                if info.filename == "config.json":
-                    config = json.loads(data)
-                    for layer in config["config"]["layers"]:
-                        if layer["class_name"] == layer_class:
-                            layer["config"][field] = value
-                    data = json.dumps(config)
-                dst.writestr(info.filename, data)
+        edit_keras_config(tmp_path / "m.keras", tmp_path / "odd.keras", layer_class, field, value)
         fails(["convert", tmp_path / "odd.keras", tmp_path / "out.npz"], capsys, expected)
 
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from keras_vit.weights import formats, read_checkpoint
-from keras_vit.weights.canonical import ATTN, LAYER_SCALE, MAP, MAP_KEYS, POSEMB
+from keras_vit.weights.canonical import LAYER_SCALE, MAP, MAP_KEYS, POSEMB
 from keras_vit.weights.lazy import LazyArray
 from tests.support import BACKEND
-from tests.support.checkpoints import TINY, original_npz_params
+from tests.support.checkpoints import TINY, edit_keras_config, original_npz_params
 from tests.support.commands import fails
 
 pytestmark = pytest.mark.skipif(BACKEND != "torch", reason="file handling, the same on every backend")
@@ -160,17 +160,8 @@ def hostile_models(tmp_path_factory):
     keras_vit.VisionTransformer(**TINY, classes=5, input_shape=(32, 32, 3)).save(folder / "good.keras")
     paths = {}
     for case, (layer_class, field, value) in HOSTILE_CONFIGS.items():
-        paths[case] = folder / f"{case.replace(' ', '_').replace('^', '')}.keras"
-        with zipfile.ZipFile(folder / "good.keras") as src, zipfile.ZipFile(paths[case], "w") as dst:
-            for info in src.infolist():
-                data = src.read(info)
-                if info.filename == "config.json":
-                    config = json.loads(data)
-                    for layer in config["config"]["layers"]:
-                        if layer["class_name"] == layer_class:
-                            layer["config"][field] = value
-                    data = json.dumps(config)
-                dst.writestr(info.filename, data)
+        paths[case] = edit_keras_config(folder / "good.keras", folder / f"{case.replace(' ', '_').replace('^', '')}.keras",
+                                        layer_class, field, value)
     return folder / "good.keras", paths
 
 
