@@ -6,12 +6,15 @@ Plain Python, no Keras: the command line lists and checks options before importi
 
 import dataclasses
 import importlib.util
+import math
 import os
 from typing import Optional, Union
 
 from keras_vit import fields
 from keras_vit.fields import option
+from keras_vit.limits import MAX_PIXELS
 from keras_vit.lora.targets import LORA_TARGETS, parse_lora_targets  # noqa: F401  (part of this module's interface)
+from keras_vit.model_config import DEPTHS, SIZES
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
@@ -28,6 +31,7 @@ MASK_TARGETS = ("color", "pixels")
 # counters overflow; no real run comes near (2**20 images a step, 10**9 steps or epochs).
 MAX_BATCH = 2**20
 MAX_STEPS = 10**9
+IMAGE_SIDES = f"[1, {math.isqrt(MAX_PIXELS)}]"  # a square image within `keras_vit.limits`
 
 DATA, MODEL, OPTIMISATION, PRETRAIN, SYSTEM, OUTPUTS = (
     "data", "model", "optimisation", "masked patch prediction (pretrain)", "system", "outputs"
@@ -94,7 +98,7 @@ class TrainConfig:
     on_corrupt: str = option(
         "skip", "unreadable images in a folder: skip (with a warning) or error", group=DATA,
         choices=("skip", "error"))
-    image_size: int = option(224, "training / evaluation resolution (square)", group=DATA, interval="[1, inf)")
+    image_size: int = option(224, "training / evaluation resolution (square)", group=DATA, interval=IMAGE_SIDES)
     crop_area: tuple = option(
         (0.05, 1.0), "inception crop: min,max fraction of the image area", group=DATA, metavar="MIN,MAX",
         check=fields.numbers_tuple("crop_area", 2, "min,max fraction of the image area"))
@@ -116,11 +120,11 @@ class TrainConfig:
     model: str = option(
         "ViTB16", "a variant (ViTTi16 ... ViTH14) or 'custom' (then give patch_size ... mlp_dim)", group=MODEL,
         choices=(*VARIANTS, "custom"))
-    patch_size: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
-    hidden_dim: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
-    depth: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
-    num_heads: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
-    mlp_dim: Optional[int] = option(None, "architecture override", group=MODEL, interval="[1, inf)")
+    patch_size: Optional[int] = option(None, "architecture override", group=MODEL, interval=SIZES)
+    hidden_dim: Optional[int] = option(None, "architecture override", group=MODEL, interval=SIZES)
+    depth: Optional[int] = option(None, "architecture override", group=MODEL, interval=DEPTHS)
+    num_heads: Optional[int] = option(None, "architecture override", group=MODEL, interval=SIZES)
+    mlp_dim: Optional[int] = option(None, "architecture override", group=MODEL, interval=SIZES)
     pooling: str = option("token", "token (class token) or avg (mean of the patch tokens)", group=MODEL,
                           choices=("token", "avg"))
     class_token: bool = option(

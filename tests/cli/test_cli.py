@@ -153,6 +153,9 @@ def test_parsed_options_override_the_recipe():
         (["train", "--epochs", "x"], "argument --epochs: Bad value for epochs: 'x'"),
         (["train", "--optimizer", "lion"], "argument --optimizer: invalid choice: 'lion'"),
         (["train", "--set", "epochs=0"], "keras-vit train: error: epochs=0 must be in [1, 1000000000]."),
+        (["train", "--image-size", "100000"], "image_size=100000 must be in [1, 16384]"),
+        (["train", "--hidden-dim", "1000000000"], "hidden_dim=1000000000 must be in [1, 262144]"),
+        (["train", "--depth", "100000"], "depth=100000 must be in [1, 1024]"),
         (["convert", "a", "b", "--num-heads", "two"], "argument --num-heads: invalid int value: 'two'"),
     ],
 )
