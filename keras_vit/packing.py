@@ -63,7 +63,7 @@ def pack(inputs, seq_len=None, max_images=None):
 
 def unpack(outputs, index):
     """The per-image `outputs` `(rows, images, ...)` of a packed batch, in the images' order."""
-    outputs, index = np.asarray(outputs), np.asarray(index)
+    outputs, index = keras.ops.convert_to_numpy(outputs), np.asarray(index)
     used = index >= 0
     result = np.empty((int(used.sum()), *outputs.shape[2:]), outputs.dtype)
     result[index[used]] = outputs[used]
