@@ -180,6 +180,9 @@ def run(task, config=None, *, data=None, callbacks=(), resume=True, overwrite_ou
 
 
 def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
+    if config.naflex_seq_lens and (task.command != "train" or plan.part[0] > 1 or plan.pad_multiple > 1):
+        raise ValueError("naflex_seq_lens trains a NaFlex classifier (keras-vit train) in one process on one "
+                         "device, without data parallelism; unset naflex_seq_lens or use strategy=none.")
     source, batch, steps_per_epoch, epochs = load_and_plan(config, plan, data)
     augmentation = make_augmentation(config)
     setup = task.setup(config, source, augmentation)
@@ -248,9 +251,6 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
 
 def naflex_streams(config, plan, source, augmentation, batch, setup):
     """The validation batches and the training stream of a NaFlex run (`keras_vit.data.naflex`)."""
-    if setup.transform is not None or setup.on_step or plan.part[0] > 1 or plan.pad_multiple > 1:
-        raise ValueError("naflex_seq_lens trains a NaFlex classifier in one process on one device "
-                         "(no pretraining, no data parallelism); unset naflex_seq_lens.")
     patch = setup.model.get_layer("embedding").patch_size
     seq_lens = config.naflex_seq_lens
     val_ds = naflex_pipeline.eval_dataset(source, batch, patch, max(seq_lens), one_hot=setup.one_hot,

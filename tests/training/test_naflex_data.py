@@ -121,3 +121,8 @@ def test_a_square_model_with_naflex_seq_lens_is_refused_in_one_line(tmp_path):
 def test_the_command_line_refuses_naflex_with_the_class_token(tmp_path, capsys):
     fails(["train", "--output-dir", tmp_path / "run", "--set", "naflex_seq_lens=4,16"], capsys,
           "naflex_seq_lens trains a NaFlex model")
+
+
+def test_pretraining_with_naflex_seq_lens_is_refused_in_one_line(tmp_path, capsys):
+    fails(["pretrain", "--output-dir", tmp_path / "run", "--set", "naflex_seq_lens=4,16", "--set", "class_token=false",
+           "--set", "pooling=avg"], capsys, "naflex_seq_lens trains a NaFlex classifier (keras-vit train)")
