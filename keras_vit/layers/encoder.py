@@ -25,7 +25,8 @@ class Encoder(Float32Stream, keras.layers.Layer):
     `(batch, heads, tokens, tokens)` attention weights; `call(x, rope=coordinates)` passes the
     patch coordinates of `position_embedding="rope"` to every block, `call(x, valid=mask)` the
     `(batch, tokens)` mask of the tokens attended to (NaFlex), `call(x, segment_ids=ids)` the
-    `(batch, tokens)` segment of each token, attending only within it (packed NaFlex). `remat=True` recomputes each block's
+    `(batch, tokens)` segment of each token, attending only within it (packed NaFlex).
+    `remat=True` recomputes each block's
     activations in the backward pass instead of keeping them (less memory for about a
     third more compute) when training, through `keras.remat`
     (`jax.checkpoint`, `torch.utils.checkpoint`; `tf.recompute_grad` only for blocks without
