@@ -15,6 +15,15 @@ SCALE_RANGE = (1e-6, 100.0)
 TOLERANCE = 1e-5
 
 
+def check_seq_lens(seq_lens):
+    """`seq_lens` as a sorted tuple of distinct whole numbers >= 1 (NaFlex patch budgets)."""
+    if (isinstance(seq_lens, (str, bytes)) or not isinstance(seq_lens, (tuple, list)) or not seq_lens
+            or any(isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n)
+                   or n != int(n) or n < 1 for n in seq_lens)):
+        raise ValueError(f"naflex_seq_lens={seq_lens!r} must be patch budgets, whole numbers >= 1 (e.g. 64,128,256).")
+    return tuple(sorted({int(n) for n in seq_lens}))
+
+
 def _side(size, scale, patch_size):
     return max(patch_size, math.ceil(size * scale / patch_size) * patch_size)
 

@@ -105,7 +105,7 @@ FLOORS = (
      "interpolation", "torch_compile", "images", "heads", "naflex"),
     ("variants", "guard", "imagenet", "model_config"),
     ("layers",),
-    ("architecture",),
+    ("architecture", "packing"),
     ("weights",),
     ("applications", "run_folder", "lora", "data", "inspect"),
     ("evaluation",),

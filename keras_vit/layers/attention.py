@@ -28,7 +28,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `call(x, rope=coordinates)` rotates the queries and keys of the last patch tokens by
     their `(1, patches, 2)` coordinates (`keras_vit.layers.rope`, period `rope_theta`) before
     the attention; `call(x, valid=valid)` attends only to the keys where the boolean
-    `(batch, tokens)` `valid` is True (NaFlex's padding left out). `key_bias=False` leaves the keys without bias (DINOv3): the `qkv` bias keeps
+    `(batch, tokens)` `valid` is True (NaFlex's padding left out); `call(x, segment_ids=ids)`
+    lets each token attend only to the tokens of its own segment (the same `(batch, tokens)` id:
+    several images packed in one sequence, `keras_vit.packing`). `key_bias=False` leaves the
+    keys without bias (DINOv3): the `qkv` bias keeps
     its `3 * dim` entries, its key part subtracted again (so no gradient reaches it either).
     `qkv_bias=False` / `proj_bias=False`: the `qkv` / `out` projections without bias.
     `qk_norm=True` normalises each head's queries and keys (`q_norm`, `k_norm`: a `norm` over
@@ -87,13 +90,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         scale = ops.cast(self.head_dim**-0.5, q.dtype)
         logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q * scale, k), "float32")
         if valid is not None:
-            logits = ops.where(ops.cast(valid[:, None, None, :], "bool"), logits, float("-inf"))
+            allowed = valid[:, None, None, :] if len(valid.shape) == 2 else valid[:, None]
+            logits = ops.where(ops.cast(allowed, "bool"), logits, float("-inf"))
         weights = ops.softmax(logits, axis=-1)
         dropped = run(self.dropout, ops.cast(weights, q.dtype), training=training)
         return ops.einsum("bhqk,bkhd->bqhd", dropped, v), weights
 
-    def call(self, x, rope=None, valid=None, training=None, return_attention_weights=False):
+    def call(self, x, rope=None, valid=None, segment_ids=None, training=None, return_attention_weights=False):
         q, k, v = self._split_heads(x)
+        if segment_ids is not None:  # (batch, tokens, tokens): the pairs within one segment
+            valid = ops.equal(segment_ids[:, :, None], segment_ids[:, None, :])
         if rope is not None:
             cos, sin = rotation(rope[0], self.head_dim, self.rope_theta)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)

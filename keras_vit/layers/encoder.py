@@ -24,7 +24,9 @@ class Encoder(Float32Stream, keras.layers.Layer):
     last. `call(x, return_attention_weights=True)` also returns the list of each block's
     `(batch, heads, tokens, tokens)` attention weights; `call(x, rope=coordinates)` passes the
     patch coordinates of `position_embedding="rope"` to every block, `call(x, valid=mask)` the
-    `(batch, tokens)` mask of the tokens attended to (NaFlex). `remat=True` recomputes each block's
+    `(batch, tokens)` mask of the tokens attended to (NaFlex), `call(x, segment_ids=ids)` the
+    `(batch, tokens)` segment of each token, attending only within it (packed NaFlex).
+    `remat=True` recomputes each block's
     activations in the backward pass instead of keeping them (less memory for about a
     third more compute) when training, through `keras.remat`
     (`jax.checkpoint`, `torch.utils.checkpoint`; `tf.recompute_grad` only for blocks without
@@ -73,23 +75,23 @@ class Encoder(Float32Stream, keras.layers.Layer):
         random = block.dropout_rate or block.attention_dropout_rate or block.drop_path_rate
         return not (random and keras.backend.backend() == "tensorflow")
 
-    def build(self, x_shape, rope_shape=None, valid_shape=None):
+    def build(self, x_shape, rope_shape=None, valid_shape=None, segment_ids_shape=None):
         for block in self.blocks:
             block.build(x_shape)
         if self.encoder_norm is not None:
             self.encoder_norm.build(x_shape)
 
-    def call(self, x, rope=None, valid=None, training=None, return_attention_weights=False):
+    def call(self, x, rope=None, valid=None, segment_ids=None, training=None, return_attention_weights=False):
         weights = []
         for block in self.blocks:
             if training and self._rematerialise(block):
                 # Through `__call__`, which re-enters the dtype scope when the backward pass
                 # recomputes the block (outside this layer's call).
-                call = functools.partial(block, rope=rope, valid=valid, training=training,
+                call = functools.partial(block, rope=rope, valid=valid, segment_ids=segment_ids, training=training,
                                          return_attention_weights=return_attention_weights)
                 x = keras.remat(call)(x)
             else:
-                x = run(block, x, rope=rope, valid=valid, training=training,
+                x = run(block, x, rope=rope, valid=valid, segment_ids=segment_ids, training=training,
                         return_attention_weights=return_attention_weights)
             if return_attention_weights:
                 x, w = x
@@ -98,7 +100,7 @@ class Encoder(Float32Stream, keras.layers.Layer):
             x = run(self.encoder_norm, x)
         return (x, weights) if return_attention_weights else x
 
-    def compute_output_shape(self, x_shape, rope_shape=None, valid_shape=None):
+    def compute_output_shape(self, x_shape, rope_shape=None, valid_shape=None, segment_ids_shape=None):
         return x_shape
 
     def get_config(self):

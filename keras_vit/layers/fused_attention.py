@@ -78,11 +78,12 @@ def dot_product_attention(q, k, v, training=False, mask=None):
     """Attention over `(batch, tokens, heads, head_dim)`: the padded cuDNN kernel when
     training on a JAX GPU that has it, `torch_attention` on PyTorch for q/k/v of one dtype,
     `keras.ops.dot_product_attention` everywhere else (inference included, where Keras
-    already picks cuDNN for any length). `mask`: None, or the boolean `(batch, tokens)` keys
-    that may be attended to (NaFlex's valid patches)."""
+    already picks cuDNN for any length). `mask`: None, the boolean `(batch, tokens)` keys
+    that may be attended to (NaFlex's valid patches), or `(batch, queries, keys)` pairs (packed
+    segments)."""
     backend = keras.backend.backend()
     if mask is not None:
-        mask = ops.cast(mask[:, None, None, :], "bool")
+        mask = ops.cast(mask[:, None, None, :] if len(mask.shape) == 2 else mask[:, None], "bool")
     if backend == "torch" and q.dtype == k.dtype == v.dtype:
         return torch_attention(q, k, v, mask)
     if mask is not None:

@@ -13,7 +13,10 @@ class MAPHead(keras.layers.Layer):
     """`(batch, tokens, dim)` -> `(batch, dim)`: a learned `probe` attends to the tokens
     (`query` from the probe, `key` / `value` from the tokens, `out`), then
     `y = y + MLP(LayerNorm(y))`. `call(tokens, valid=mask)` pools only the tokens where the
-    `(batch, tokens)` mask is True (NaFlex's padding left out)."""
+    `(batch, tokens)` mask is True (NaFlex's padding left out); `call(tokens, segments=member)`
+    pools each of the `(batch, images, tokens)` boolean `member` rows on its own: `(batch,
+    images, dim)`, one vector per image packed in the sequence (`keras_vit.packing`; an empty
+    row pools all the tokens)."""
 
     def __init__(self, num_heads, mlp_dim, approximate_gelu=True, layer_norm_epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
@@ -25,7 +28,7 @@ class MAPHead(keras.layers.Layer):
         self.ln = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln", dtype=policy)
         self.mlp = MLPBlock(mlp_dim, approximate_gelu=approximate_gelu, name="mlp", dtype=policy)
 
-    def build(self, tokens_shape, valid_shape=None):
+    def build(self, tokens_shape, valid_shape=None, segments_shape=None):
         input_shape = tokens_shape
         dim = input_shape[-1]
         if dim % self.num_heads:
@@ -40,7 +43,7 @@ class MAPHead(keras.layers.Layer):
         self.ln.build((None, 1, dim))
         self.mlp.build((None, 1, dim))
 
-    def call(self, tokens, valid=None):
+    def call(self, tokens, valid=None, segments=None):
         batch, n, dim = ops.shape(tokens)[0], ops.shape(tokens)[1], ops.shape(tokens)[-1]
         heads = self.num_heads
         head_dim = dim // heads
@@ -49,13 +52,27 @@ class MAPHead(keras.layers.Layer):
         v = ops.reshape(run(self.value, tokens), (batch, n, heads, head_dim))
         logits = ops.einsum("hd,bkhd->bhk", q[0] * ops.cast(head_dim**-0.5, q.dtype), k)
         logits = ops.cast(logits, "float32")
+        if segments is not None:
+            return self._pool_segments(logits, v, segments)
         if valid is not None:
             logits = ops.where(ops.cast(valid[:, None, :], "bool"), logits, float("-inf"))
         weights = ops.cast(ops.softmax(logits, axis=-1), v.dtype)
         pooled = run(self.out, ops.reshape(ops.einsum("bhk,bkhd->bhd", weights, v), (batch, dim)))
         return pooled + run(self.mlp, run(self.ln, pooled))
 
-    def compute_output_shape(self, tokens_shape, valid_shape=None):
+    def _pool_segments(self, logits, v, segments):
+        segments = ops.cast(segments, "bool")
+        segments = ops.logical_or(segments, ops.logical_not(ops.any(segments, axis=-1, keepdims=True)))
+        logits = ops.where(segments[:, None], logits[:, :, None, :], float("-inf"))  # (batch, heads, images, n)
+        weights = ops.cast(ops.softmax(logits, axis=-1), v.dtype)
+        pooled = ops.einsum("bhsk,bkhd->bshd", weights, v)
+        shape = ops.shape(pooled)
+        pooled = run(self.out, ops.reshape(pooled, (shape[0], shape[1], shape[2] * shape[3])))
+        return pooled + run(self.mlp, run(self.ln, pooled))
+
+    def compute_output_shape(self, tokens_shape, valid_shape=None, segments_shape=None):
+        if segments_shape is not None:
+            return (tokens_shape[0], segments_shape[1], tokens_shape[-1])
         return (tokens_shape[0], tokens_shape[-1])
 
     def get_config(self):

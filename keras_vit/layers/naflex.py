@@ -62,11 +62,37 @@ def per_image_weights(grid, sizes, index, interpolation=NAFLEX_INTERPOLATION):
     return weights / ops.sum(weights, axis=-1, keepdims=True)
 
 
+def segment_membership(segment_ids, num_segments):
+    """`(batch, num_segments, n)` bool: token `j` belongs to segment `s` (id `s + 1`)."""
+    ids = ops.arange(1, num_segments + 1, dtype="int32")[None, :, None]
+    return ops.equal(ops.cast(segment_ids, "int32")[:, None, :], ids)
+
+
+def _packed_positions(sizes, segment_ids, position):
+    """Each token's image rows, columns and place in its image `(batch, n)`, and 1.0 for a
+    token of an image (0.0 padding, which reads position (0, 0) of a 1 x 1 image)."""
+    member = ops.cast(segment_membership(segment_ids, ops.shape(sizes)[1]), "float32")  # (batch, images, n)
+    counts = sizes[..., 0] * sizes[..., 1]
+    starts = ops.cumsum(counts, axis=1) - counts
+
+    def per_token(values):  # (batch, images) -> the value of each token's image (0 for padding)
+        return ops.einsum("bs,bsn->bn", values, member)
+
+    inside = ops.sum(member, axis=1)
+    rows, cols = (per_token(sizes[..., k]) + (1.0 - inside) for k in (0, 1))
+    return rows, cols, (position - per_token(starts)) * inside, inside
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class NaFlexPositionEmbedding(Float32Stream, keras.layers.Layer):
     """Adds to each image's patches the learned `grid_size` table resized to that image's
     `spatial_shapes` (transformers' `Siglip2VisionEmbeddings`: bilinear, antialiased, half-pixel),
-    in float32; the padding positions get the resized table's first row, as there."""
+    in float32; the padding positions get the resized table's first row, as there.
+
+    `call(tokens, spatial_shapes, segment_ids=ids)`: several images packed in each sequence
+    (`keras_vit.packing`): `spatial_shapes` `(batch, images, 2)` and each token's image
+    `ids` `(batch, n)` (1 for the first image, 0 for padding), the images' patches one after
+    the other in row-major order; each token gets the position of its own image."""
 
     interpolation = NAFLEX_INTERPOLATION
     num_prefix_tokens = 0
@@ -75,20 +101,23 @@ class NaFlexPositionEmbedding(Float32Stream, keras.layers.Layer):
         super().__init__(**kwargs)
         self.grid_size = tuple(int(s) for s in grid_size)
 
-    def build(self, tokens_shape, spatial_shapes_shape=None):
+    def build(self, tokens_shape, spatial_shapes_shape=None, segment_ids_shape=None):
         self.embeddings = self.add_weight(
             name="pos_embedding", shape=(1, self.grid_size[0] * self.grid_size[1], tokens_shape[-1]),
             initializer=keras.initializers.RandomNormal(stddev=0.02), autocast=False,
         )
 
-    def call(self, tokens, spatial_shapes):
+    def call(self, tokens, spatial_shapes, segment_ids=None):
         n = ops.shape(tokens)[1]
         sizes = ops.cast(spatial_shapes, "float32")
-        rows_of, cols_of = sizes[:, 0:1], sizes[:, 1:2]
         position = ops.arange(n, dtype="float32")[None, :]
+        if segment_ids is None:
+            rows_of, cols_of = sizes[:, 0:1], sizes[:, 1:2]
+            inside = ops.cast(position < rows_of * cols_of, "float32")  # padding reads position (0, 0)
+        else:
+            rows_of, cols_of, position, inside = _packed_positions(sizes, segment_ids, position)
         row = ops.floor(position / cols_of)
         col = position - row * cols_of
-        inside = ops.cast(position < rows_of * cols_of, "float32")  # padding reads position (0, 0)
         gh, gw = self.grid_size
         weights = ops.einsum(
             "bnh,bnw->bnhw", per_image_weights(gh, rows_of, row * inside), per_image_weights(gw, cols_of, col * inside)
@@ -97,7 +126,7 @@ class NaFlexPositionEmbedding(Float32Stream, keras.layers.Layer):
         resized = ops.matmul(ops.reshape(weights, (-1, n, gh * gw)), table)
         return ops.add(tokens, ops.cast(resized, tokens.dtype))
 
-    def compute_output_shape(self, tokens_shape, spatial_shapes_shape=None):
+    def compute_output_shape(self, tokens_shape, spatial_shapes_shape=None, segment_ids_shape=None):
         return tokens_shape
 
     def get_config(self):

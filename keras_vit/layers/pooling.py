@@ -12,7 +12,9 @@ class TokenPooling(keras.layers.Layer):
     """`"token"`: the class token's output (the paper's default); `"avg"`: the mean of the
     patch tokens (paper App. D.3), skipping the `num_prefix_tokens` leading tokens;
     `"distillation"`: the second token (DeiT's distillation token). `call(tokens, valid=mask)`
-    averages only the tokens where the `(batch, tokens)` mask is True (NaFlex's padding left out)."""
+    averages only the tokens where the `(batch, tokens)` mask is True (NaFlex's padding left out);
+    `call(tokens, segments=member)` ("avg") averages each `(batch, images, tokens)` row of the
+    boolean `member` on its own: `(batch, images, dim)` (packed images, `keras_vit.packing`)."""
 
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
         super().__init__(**kwargs)
@@ -21,17 +23,22 @@ class TokenPooling(keras.layers.Layer):
         self.mode = mode
         self.num_prefix_tokens = int(num_prefix_tokens)
 
-    def call(self, tokens, valid=None):
+    def call(self, tokens, valid=None, segments=None):
         if self.mode == "token":
             return tokens[:, 0]
         if self.mode == "distillation":
             return tokens[:, 1]
+        if segments is not None:
+            weights = ops.cast(segments, tokens.dtype)
+            return ops.einsum("bsn,bnd->bsd", weights, tokens) / ops.maximum(ops.sum(weights, -1)[..., None], 1)
         if valid is not None:
             weights = ops.cast(valid, tokens.dtype)[:, :, None]
             return ops.sum(tokens * weights, axis=1) / ops.sum(weights, axis=1)
         return ops.mean(tokens[:, self.num_prefix_tokens :], axis=1)
 
-    def compute_output_shape(self, tokens_shape, valid_shape=None):
+    def compute_output_shape(self, tokens_shape, valid_shape=None, segments_shape=None):
+        if segments_shape is not None:
+            return (tokens_shape[0], segments_shape[1], tokens_shape[-1])
         return (tokens_shape[0], tokens_shape[-1])
 
     def get_config(self):

@@ -23,7 +23,8 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
     `mlp="swiglu"` uses `SwiGLUBlock` instead of the GELU MLP; `layer_scale_init` (a float)
     scales each branch by a learned `LayerScale` (`ls_1`, `ls_2`) starting at that value.
     `call(x, rope=coordinates)` rotates the patch tokens' queries and keys (`rope_theta`);
-    `call(x, valid=mask)` attends only to the tokens where the `(batch, tokens)` mask is True;
+    `call(x, valid=mask)` attends only to the tokens where the `(batch, tokens)` mask is True,
+    `call(x, segment_ids=ids)` only within each token's segment;
     `key_bias=False` drops the key bias, `qkv_bias` / `proj_bias` / `qk_norm` are
     `MultiHeadSelfAttention`'s; `mlp_bias=False`: an MLP without biases; `norm="rmsnorm"`:
     RMSNorm (`keras_vit.layers.norms`) for `ln_1`, `ln_2` (and the query / key norms).
@@ -95,9 +96,9 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
     def _scaled(self, j, y):
         return run(self.scales[j], y) if self.scales else y
 
-    def call(self, x, rope=None, valid=None, training=None, return_attention_weights=False):
+    def call(self, x, rope=None, valid=None, segment_ids=None, training=None, return_attention_weights=False):
         y = run(
-            self.attention, run(self.ln_1, x), rope=rope, valid=valid, training=training,
+            self.attention, run(self.ln_1, x), rope=rope, valid=valid, segment_ids=segment_ids, training=training,
             return_attention_weights=return_attention_weights,
         )
         if return_attention_weights:
@@ -109,7 +110,7 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         x = ops.add(x, run(self.drop_path, y, training=training))
         return (x, weights) if return_attention_weights else x
 
-    def compute_output_shape(self, x_shape, rope_shape=None, valid_shape=None):
+    def compute_output_shape(self, x_shape, rope_shape=None, valid_shape=None, segment_ids_shape=None):
         return x_shape
 
     def get_config(self):

@@ -13,6 +13,7 @@ from typing import Optional, Union
 from keras_vit import fields
 from keras_vit.fields import option
 from keras_vit.limits import MAX_PIXELS
+from keras_vit.naflex import check_seq_lens
 from keras_vit.lora.targets import LORA_TARGETS, parse_lora_targets  # noqa: F401  (part of this module's interface)
 from keras_vit.model_config import DEPTHS, SIZES
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS
@@ -130,6 +131,11 @@ class TrainConfig:
     class_token: bool = option(
         True, "prepend the class token (false: the paper's class-token-free model, App. D.3; pool with avg)",
         group=MODEL)
+    naflex_seq_lens: Optional[tuple] = option(
+        None, "train a NaFlex model (naflex=True; needs class_token=false and pooling avg) on images at their own "
+        "aspect ratio: each batch draws its patch budget from these and holds batch_size*max/budget images "
+        "(timm's NaFlex loader; e.g. 128,256,576,784,1024); validation at the largest (none: square images)",
+        group=MODEL, metavar="N,N,...", check=check_seq_lens)
     representation_size: Optional[int] = option(
         None, "width of a tanh pre-logits layer (pre-training), none for a linear head", group=MODEL,
         interval="[1, inf)")
@@ -243,11 +249,22 @@ class TrainConfig:
         if self.tensorboard and self.output_dir and not _is_utf8(self.output_dir):
             raise ValueError(f"output_dir={self.output_dir!r} is not UTF-8 text, which TensorBoard's writer needs; "
                              "choose another folder name, or set tensorboard=false.")
+        if self.naflex_seq_lens:
+            self._check_naflex()
         if self.batch_size % self.accumulation_steps:
             raise ValueError(
                 f"batch_size={self.batch_size} (per optimizer step) must be divisible by "
                 f"accumulation_steps={self.accumulation_steps}."
             )
+
+    def _check_naflex(self):
+        unsupported = {"class_token": self.class_token, "pooling=token": self.pooling == "token",
+                       "mixup": self.mixup, "cutmix": self.cutmix, "randaugment_ops": self.randaugment_ops,
+                       "fewshot_every": self.fewshot_every}
+        given = [name for name, value in unsupported.items() if value]
+        if given:
+            raise ValueError(f"naflex_seq_lens trains a NaFlex model, which takes no {', '.join(given)}: set "
+                             "class_token=false, pooling=avg, mixup=0, cutmix=0, randaugment_ops=0, fewshot_every=0.")
 
     @property
     def writes_tensorboard(self):

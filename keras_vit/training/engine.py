@@ -26,7 +26,7 @@ import keras
 from keras_vit import run_folder
 from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.files import regular_file, write_json, write_text
-from keras_vit.data import pipeline
+from keras_vit.data import naflex as naflex_pipeline, pipeline
 from keras_vit.data.sources import load_source
 from keras_vit.lora import adapter as lora
 from keras_vit.training import checkpointing, ema, fewshot_callback, layer_decay, optim, precision
@@ -128,6 +128,7 @@ def build_vit(config, **head):
         remat=config.remat,
         name=f"vit_{config.recipe}",
         preprocessing="vit",  # the input pipeline scales to [-1, 1], whatever the weights' own scaling
+        **({"naflex": True} if config.naflex_seq_lens else {}),
         **head,
     )
 
@@ -179,6 +180,9 @@ def run(task, config=None, *, data=None, callbacks=(), resume=True, overwrite_ou
 
 
 def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
+    if config.naflex_seq_lens and (task.command != "train" or plan.part[0] > 1 or plan.pad_multiple > 1):
+        raise ValueError("naflex_seq_lens trains a NaFlex classifier (keras-vit train) in one process on one "
+                         "device, without data parallelism; unset naflex_seq_lens or use strategy=none.")
     source, batch, steps_per_epoch, epochs = load_and_plan(config, plan, data)
     augmentation = make_augmentation(config)
     setup = task.setup(config, source, augmentation)
@@ -212,21 +216,24 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     plan.prepare(train_model)
 
     transform = setup.transform or (lambda dataset, salt, start_step: dataset)
-    val_ds = transform(
-        pipeline.eval_dataset(
-            source, config.image_size, batch, one_hot=setup.one_hot, crop_fraction=config.eval_crop,
-            pad_to_multiple=plan.pad_multiple, part=plan.part, on_corrupt=config.on_corrupt,
-        ),
-        1, 0,
-    )
-
-    def train_stream(start_step):
-        batches = pipeline.train_dataset(
-            source, augmentation, batch, one_hot=setup.one_hot, seed=config.seed, start=start_step * batch,
-            shuffle_buffer=config.shuffle_buffer, shard=plan.shard, part=plan.part,
-            deterministic=config.deterministic, on_corrupt=config.on_corrupt, on_step=setup.on_step,
+    if config.naflex_seq_lens:
+        val_ds, train_stream = naflex_streams(config, plan, source, augmentation, batch, setup)
+    else:
+        val_ds = transform(
+            pipeline.eval_dataset(
+                source, config.image_size, batch, one_hot=setup.one_hot, crop_fraction=config.eval_crop,
+                pad_to_multiple=plan.pad_multiple, part=plan.part, on_corrupt=config.on_corrupt,
+            ),
+            1, 0,
         )
-        return plan.feed(transform(batches, 0, start_step))
+
+        def train_stream(start_step):
+            batches = pipeline.train_dataset(
+                source, augmentation, batch, one_hot=setup.one_hot, seed=config.seed, start=start_step * batch,
+                shuffle_buffer=config.shuffle_buffer, shard=plan.shard, part=plan.part,
+                deterministic=config.deterministic, on_corrupt=config.on_corrupt, on_step=setup.on_step,
+            )
+            return plan.feed(transform(batches, 0, start_step))
 
     callbacks = fewshot_callback.config_callbacks(config, source, setup.model, config.run_dir if plan.is_chief else None)
     callbacks += make_callbacks(config, plan, state, extra_callbacks)
@@ -240,6 +247,23 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     if config.lora_rank and plan.is_chief:
         lora.save(setup.model, run_folder.path(config.run_dir, run_folder.LORA))
     return task.finish(Run(config, plan, policy, setup, state, val_ds, history, start, started))
+
+
+def naflex_streams(config, plan, source, augmentation, batch, setup):
+    """The validation batches and the training stream of a NaFlex run (`keras_vit.data.naflex`)."""
+    patch = setup.model.get_layer("embedding").patch_size
+    seq_lens = config.naflex_seq_lens
+    val_ds = naflex_pipeline.eval_dataset(source, batch, patch, max(seq_lens), one_hot=setup.one_hot,
+                                          on_corrupt=config.on_corrupt)
+
+    def train_stream(start_step):
+        return plan.feed(naflex_pipeline.train_dataset(
+            source, augmentation, batch, patch, seq_lens=seq_lens, one_hot=setup.one_hot, seed=config.seed,
+            start_batch=start_step, shuffle_buffer=config.shuffle_buffer, shard=plan.shard,
+            deterministic=config.deterministic, on_corrupt=config.on_corrupt,
+        ))
+
+    return val_ds, train_stream
 
 
 def seed_everything(config):

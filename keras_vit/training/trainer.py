@@ -37,6 +37,11 @@ class TrainResult:
     is_chief: bool = True  # this process wrote the files (the others of a multi-process run did not)
 
 
+def is_naflex(model):
+    """Whether `model` takes NaFlex inputs (`{"patches", "spatial_shapes", "mask"}`)."""
+    return isinstance(model.input, dict) and "spatial_shapes" in model.input
+
+
 def build_model(config, num_classes):
     """The ViT of `config` with a `num_classes` head (softmax output), pretrained if `weights`."""
     return engine.build_vit(
@@ -70,19 +75,24 @@ class Classification(engine.Task):
         model = self.model
         if model is None:
             model = build_model(config, source.num_classes)
-        elif tuple(model.inputs[0].shape[1:3]) not in ((config.image_size,) * 2, (None, None)):
+        elif bool(config.naflex_seq_lens) != is_naflex(model):
+            raise ValueError("naflex_seq_lens needs a NaFlex model (naflex=True) and a NaFlex model needs "
+                             "naflex_seq_lens; the model and the option disagree.")
+        elif not is_naflex(model) and tuple(model.inputs[0].shape[1:3]) not in ((config.image_size,) * 2, (None, None)):
             raise ValueError(
                 f"The model takes {tuple(model.inputs[0].shape[1:])} images but image_size={config.image_size}."
             )
         one_hot = config.label_smoothing > 0 or augmentation.mixes_labels
         logits, from_logits = logits_output(model)
+        loss, metrics = loss_and_metrics(source.num_classes, one_hot, from_logits, config.label_smoothing)
+        compiled = dict(loss=loss, weighted_metrics=metrics)
+        if is_naflex(model):  # the host makes the finished NaFlex batches (`keras_vit.data.naflex`)
+            train_model = compile_once(keras.Model(model.input, logits, name=f"{model.name}_logits"))
+            return engine.Setup(model, train_model, compiled, one_hot=one_hot)
         # the same layers, with a step that scales and mixes the host's uint8 batches
         train_model = compile_once(on_step.TrainingModel(model.inputs, logits, name=f"{model.name}_logits"))
-        loss, metrics = loss_and_metrics(source.num_classes, one_hot, from_logits, config.label_smoothing)
         # weighted: the padding of evaluation batches (weight 0) is not counted
-        return engine.Setup(
-            model, train_model, dict(loss=loss, weighted_metrics=metrics), one_hot=one_hot, on_step=True
-        )
+        return engine.Setup(model, train_model, compiled, one_hot=one_hot, on_step=True)
 
     def logged(self, config):
         return ("loss", "accuracy", "top5")
