@@ -1,0 +1,69 @@
+"""Naver's RoPE-ViT (axial and mixed) from timm `vit_*_patch16_rope[_mixed]_224` state dicts
+(key names from timm's `eva.py`), written here from random weights and checked against an
+independent torch reference of timm's formulas (`tests/support/timm_rope_vit.py`), at the native
+grid and two others; each mutation of the reference (x / y swapped, the class token rotated,
+half-split pairs) is off by far more than the tolerance."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.weights.containers import write_safetensors
+
+torch = pytest.importorskip("torch")
+from tests.support import timm_rope_vit as reference  # noqa: E402
+
+HEADS = 2
+SIZES = ((16, 16), (12, 20), (24, 8))  # the native 4 x 4 patches of 4 pixels, two others
+
+
+def write(tmp_path, sd):
+    path = os.path.join(tmp_path, "model.safetensors")
+    write_safetensors(path, sd, {"format": "pt"})
+    return path
+
+
+def logits(model, image):
+    return keras.ops.convert_to_numpy(model(np.transpose(image, (0, 2, 3, 1))))
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["axial", "mixed"])
+def test_loads_and_matches_timm_at_three_sizes(tmp_path, rng, mixed):
+    sd = reference.state_dict(rng, mixed=mixed)
+    model = keras_vit.from_checkpoint(
+        write(tmp_path, sd), num_heads=HEADS, input_shape=(None, None, 3), classifier_activation=None)
+    attention = model.get_layer("encoder").blocks[0].attention
+    assert attention.rope_form == ("mixed" if mixed else "axial")
+    assert model.preprocessing == "deit"
+    for size in SIZES:
+        image = rng.uniform(-1, 1, (2, 3, *size)).astype("float32")
+        expected = reference.forward(sd, torch.from_numpy(image), HEADS, mixed=mixed).numpy()
+        np.testing.assert_allclose(logits(model, image), expected, atol=1e-5, rtol=1e-5)
+        mutations = [dict(prefix_rotated=True), dict(half=True)] + ([] if mixed else [dict(swap_xy=True)])
+        for mutation in mutations:
+            wrong = reference.forward(sd, torch.from_numpy(image), HEADS, mixed=mixed, **mutation).numpy()
+            assert np.abs(wrong - expected).max() > 1e-3, mutation
+
+
+def test_the_learned_frequencies_are_float32_variables_of_each_block(tmp_path, rng):
+    sd = reference.state_dict(rng, mixed=True)
+    keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = keras_vit.from_checkpoint(write(tmp_path, sd), num_heads=HEADS)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    for i, block in enumerate(model.get_layer("encoder").blocks):
+        variable = block.attention.rope_frequencies
+        assert keras.backend.standardize_dtype(variable.dtype) == "float32"
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), sd["rope.freqs"][:, i])
+
+
+def test_the_ape_variants_are_refused_in_one_line(tmp_path, rng):
+    sd = reference.state_dict(rng)
+    sd["pos_embed"] = rng.normal(size=(1, 16, 32)).astype("float32")
+    with pytest.raises(ValueError, match="absolute position table and rotary") as error:
+        keras_vit.from_checkpoint(write(tmp_path, sd), num_heads=HEADS)
+    assert "\n" not in str(error.value)
