@@ -67,3 +67,12 @@ def test_the_ape_variants_are_refused_in_one_line(tmp_path, rng):
     with pytest.raises(ValueError, match="absolute position table and rotary") as error:
         keras_vit.from_checkpoint(write(tmp_path, sd), num_heads=HEADS)
     assert "\n" not in str(error.value)
+
+
+def test_export_to_the_dinov3_layout_is_refused_for_the_other_forms(tmp_path):
+    """The axial form at DINOv3's period would otherwise be written as a DINOv3 file (another model)."""
+    model = keras_vit.VisionTransformer(4, 16, 1, 2, 32, input_shape=(8, 8, 3), position_embedding="rope",
+                                        rope_form="axial", key_bias=False, num_registers=4)
+    with pytest.raises(ValueError, match="DINOv3's form and period 100 only .*rope_form=axial") as error:
+        keras_vit.weights.export(model, tmp_path / "out.safetensors", format="timm_dinov3")
+    assert "\n" not in str(error.value) and not os.listdir(tmp_path)
