@@ -80,23 +80,40 @@ def forward(sd, image, heads, mixed=False, temperature=100.0, eps=1e-6, prefix_r
     return F.linear(x[:, 0], sd["head.weight"], sd["head.bias"])
 
 
-def state_dict(rng, width=32, depth=2, heads=2, mlp=64, patch=4, classes=5, mixed=False):
-    """Random float32 weights under timm's key names for a `vit_*_patch16_rope[_mixed]_224`."""
-    sd = {"cls_token": rng.normal(size=(1, 1, width)), "patch_embed.proj.weight": rng.normal(size=(width, 3, patch, patch)) * 0.3,
-          "patch_embed.proj.bias": rng.normal(size=(width,)) * 0.1, "norm.weight": 1 + 0.1 * rng.normal(size=(width,)),
-          "norm.bias": 0.1 * rng.normal(size=(width,)), "head.weight": rng.normal(size=(classes, width)) * 0.2,
-          "head.bias": 0.1 * rng.normal(size=(classes,))}
+def shapes(width, depth, heads, mlp, patch=16, classes=1000, mixed=False):
+    """timm's state-dict keys and shapes of a `vit_*_patch16_rope[_mixed]_224` (`eva.py`: `Eva` with
+    `attn_type='rope'`, `init_values`, `global_pool='token'`, no `pos_embed`)."""
+    out = {"cls_token": (1, 1, width), "patch_embed.proj.weight": (width, 3, patch, patch),
+           "patch_embed.proj.bias": (width,), "norm.weight": (width,), "norm.bias": (width,),
+           "head.weight": (classes, width), "head.bias": (classes,)}
     for i in range(depth):
         p = f"blocks.{i}."
-        sd.update({p + "norm1.weight": 1 + 0.1 * rng.normal(size=(width,)), p + "norm1.bias": 0.1 * rng.normal(size=(width,)),
-                   p + "attn.qkv.weight": rng.normal(size=(3 * width, width)) * width ** -0.5,
-                   p + "attn.qkv.bias": 0.2 * rng.normal(size=(3 * width,)),
-                   p + "attn.proj.weight": rng.normal(size=(width, width)) * width ** -0.5,
-                   p + "attn.proj.bias": 0.1 * rng.normal(size=(width,)), p + "gamma_1": 0.5 + 0.1 * rng.normal(size=(width,)),
-                   p + "gamma_2": 0.5 + 0.1 * rng.normal(size=(width,)),
-                   p + "norm2.weight": 1 + 0.1 * rng.normal(size=(width,)), p + "norm2.bias": 0.1 * rng.normal(size=(width,)),
-                   p + "mlp.fc1.weight": rng.normal(size=(mlp, width)) * width ** -0.5, p + "mlp.fc1.bias": 0.1 * rng.normal(size=(mlp,)),
-                   p + "mlp.fc2.weight": rng.normal(size=(width, mlp)) * mlp ** -0.5, p + "mlp.fc2.bias": 0.1 * rng.normal(size=(width,))})
-    if mixed:  # larger than timm's initial magnitudes, so that every rotation matters
-        sd["rope.freqs"] = rng.normal(size=(2, depth, heads, width // heads // 2))
+        out.update({p + "norm1.weight": (width,), p + "norm1.bias": (width,), p + "attn.qkv.weight": (3 * width, width),
+                    p + "attn.qkv.bias": (3 * width,), p + "attn.proj.weight": (width, width), p + "attn.proj.bias": (width,),
+                    p + "gamma_1": (width,), p + "gamma_2": (width,), p + "norm2.weight": (width,), p + "norm2.bias": (width,),
+                    p + "mlp.fc1.weight": (mlp, width), p + "mlp.fc1.bias": (mlp,), p + "mlp.fc2.weight": (width, mlp),
+                    p + "mlp.fc2.bias": (width,)})
+    if mixed:
+        out["rope.freqs"] = (2, depth, heads, width // heads // 2)
+    return out
+
+
+def state_dict(rng, width=32, depth=2, heads=2, mlp=64, patch=4, classes=5, mixed=False):
+    """Random float32 weights under timm's key names (`shapes`): norms and LayerScale near 1 / 0.5,
+    projections scaled by their fan-in, the mixed frequencies larger than timm's initial ones
+    (so that every rotation matters)."""
+    sd = {}
+    for key, shape in shapes(width, depth, heads, mlp, patch, classes, mixed).items():
+        noise = rng.normal(size=shape)
+        if key.endswith(("norm1.weight", "norm2.weight", "norm.weight")):
+            noise = 1 + 0.1 * noise
+        elif "gamma" in key:
+            noise = 0.5 + 0.1 * noise
+        elif len(shape) == 2:
+            noise = noise * shape[1] ** -0.5
+        elif key == "patch_embed.proj.weight":
+            noise = noise * 0.3
+        elif key.endswith("bias"):
+            noise = noise * 0.1
+        sd[key] = noise
     return {k: np.asarray(v, np.float32) for k, v in sd.items()}
