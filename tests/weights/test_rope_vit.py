@@ -76,3 +76,27 @@ def test_export_to_the_dinov3_layout_is_refused_for_the_other_forms(tmp_path):
     with pytest.raises(ValueError, match="DINOv3's form and period 100 only .*rope_form=axial") as error:
         keras_vit.weights.export(model, tmp_path / "out.safetensors", format="timm_dinov3")
     assert "\n" not in str(error.value) and not os.listdir(tmp_path)
+
+
+def test_named_entry_builds_its_model_from_the_cached_file(tmp_path, rng, monkeypatch):
+    """A named RoPE-Mixed entry (its file in the cache: no download) gives the builder its weights,
+    rotary form and preprocessing."""
+    from keras_vit.family_variants import FAMILIES
+    from keras_vit.weights import WeightsEntry, registry
+
+    architecture = dict(FAMILIES["RoPEMixedViTS16"], patch_size=4, hidden_dim=32, depth=2, num_heads=HEADS, mlp_dim=64,
+                        input_size=16, classes=5)
+    monkeypatch.setitem(FAMILIES, "RoPEMixedViTTest", architecture)
+    entry = WeightsEntry("RoPEMixedViTTest", "vit_test_patch4_rope_mixed_16.naver_in1k", 16, 5, None, "safetensors",
+                         "https://example.invalid/model.safetensors", preprocessing="deit")
+    monkeypatch.setattr(registry, "ENTRIES", [entry])
+    sd = reference.state_dict(rng, mixed=True)
+    path = registry.cache_path(entry)
+    os.makedirs(os.path.dirname(path))
+    write_safetensors(path, sd, {"format": "pt"})
+    args = {k: v for k, v in architecture.items() if k != "input_size"}
+    model = keras_vit.VisionTransformer(**args, weights=entry.name, classifier_activation=None, input_shape=(16, 16, 3))
+    assert model.preprocessing == "deit" and "apache-2.0" in registry.weights_table("RoPEMixedViTTest")
+    image = rng.uniform(-1, 1, (2, 3, 16, 16)).astype("float32")
+    expected = reference.forward(sd, torch.from_numpy(image), HEADS, mixed=True).numpy()
+    np.testing.assert_allclose(logits(model, image), expected, atol=1e-5, rtol=1e-5)
