@@ -49,12 +49,18 @@ def test_loads_and_matches_timm_at_three_sizes(tmp_path, rng, mixed):
 
 
 def test_the_learned_frequencies_are_float32_variables_of_each_block(tmp_path, rng):
+    """Under mixed precision too (bfloat16 compute: the logits near the float32 reference's)."""
     sd = reference.state_dict(rng, mixed=True)
+    image = rng.uniform(-1, 1, (2, 3, 16, 16)).astype("float32")
     keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
     try:
-        model = keras_vit.from_checkpoint(write(tmp_path, sd), num_heads=HEADS)
+        model = keras_vit.from_checkpoint(write(tmp_path, sd), num_heads=HEADS, classifier_activation=None,
+                                          input_shape=(16, 16, 3))
+        out = logits(model, image).astype("float32")
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
+    expected = reference.forward(sd, torch.from_numpy(image), HEADS, mixed=True).numpy()
+    np.testing.assert_allclose(out, expected, atol=0.1 * np.abs(expected).max())
     for i, block in enumerate(model.get_layer("encoder").blocks):
         variable = block.attention.rope_frequencies
         assert keras.backend.standardize_dtype(variable.dtype) == "float32"
