@@ -106,3 +106,16 @@ def test_named_entry_builds_its_model_from_the_cached_file(tmp_path, rng, monkey
     image = rng.uniform(-1, 1, (2, 3, 16, 16)).astype("float32")
     expected = reference.forward(sd, torch.from_numpy(image), HEADS, mixed=True).numpy()
     np.testing.assert_allclose(logits(model, image), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["axial", "mixed"])
+def test_a_saved_keras_file_reads_back_its_form_and_frequencies(tmp_path, rng, form):
+    """`from_checkpoint` of a `.keras` file: the rotary form, period and LayerScale from its config and variables."""
+    model = keras_vit.VisionTransformer(4, 32, 2, HEADS, 64, classes=5, position_embedding="rope", rope_form=form,
+                                        rope_theta=10.0, layer_scale_init=0.5, input_shape=(None, None, 3))
+    model.save(str(tmp_path / "m.keras"))
+    again = keras_vit.from_checkpoint(str(tmp_path / "m.keras"), input_shape=(None, None, 3))
+    attention = again.get_layer("encoder").blocks[0].attention
+    assert (attention.rope_form, attention.rope_theta) == (form, 10.0)
+    image = rng.uniform(-1, 1, (1, 12, 20, 3)).astype("float32")
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(again(image)), keras.ops.convert_to_numpy(model(image)))
