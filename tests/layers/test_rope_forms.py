@@ -107,3 +107,16 @@ def test_mixed_attention_saves_and_restores_its_form():
 def test_bad_rope_options_are_refused_in_one_line(options, message):
     with pytest.raises(ValueError, match=message):
         keras_vit.VisionTransformer(4, 16, 1, 2, 32, input_shape=(8, 8, 3), **options)
+
+
+def test_a_training_step_moves_the_mixed_frequencies(rng):
+    """The learned frequencies get gradients (one SGD step moves every block's)."""
+    model = keras_vit.VisionTransformer(4, 16, 2, 2, 32, include_top=False, pooling="token", position_embedding="rope",
+                                        rope_form="mixed", seed=0, input_shape=(8, 12, 3))
+    blocks = model.get_layer("encoder").blocks
+    before = [keras.ops.convert_to_numpy(b.attention.rope_frequencies) for b in blocks]
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss="mse")
+    model.fit(rng.uniform(-1, 1, (4, 8, 12, 3)).astype("float32"), rng.normal(size=(4, 16)).astype("float32"),
+              epochs=1, batch_size=4, verbose=0)
+    for block, old in zip(blocks, before):
+        assert not np.allclose(keras.ops.convert_to_numpy(block.attention.rope_frequencies), old)
