@@ -168,5 +168,5 @@ class RopePositionEmbedding(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "grid_size": self.grid_size, "num_prefix_tokens": self.num_prefix_tokens,
-                "shift": self.shift, "jitter": self.jitter, "rescale": self.rescale, "seed": self.seed, "form": self.form,
-                "reference_grid": self.reference_grid}
+                "shift": self.shift, "jitter": self.jitter, "rescale": self.rescale, "seed": self.seed,
+                "form": self.form, "reference_grid": self.reference_grid}

@@ -88,11 +88,11 @@ def shapes(width, depth, heads, mlp, patch=16, classes=1000, mixed=False):
            "head.weight": (classes, width), "head.bias": (classes,)}
     for i in range(depth):
         p = f"blocks.{i}."
-        out.update({p + "norm1.weight": (width,), p + "norm1.bias": (width,), p + "attn.qkv.weight": (3 * width, width),
-                    p + "attn.qkv.bias": (3 * width,), p + "attn.proj.weight": (width, width), p + "attn.proj.bias": (width,),
-                    p + "gamma_1": (width,), p + "gamma_2": (width,), p + "norm2.weight": (width,), p + "norm2.bias": (width,),
-                    p + "mlp.fc1.weight": (mlp, width), p + "mlp.fc1.bias": (mlp,), p + "mlp.fc2.weight": (width, mlp),
-                    p + "mlp.fc2.bias": (width,)})
+        out.update({p + name: (width,) for name in ("norm1.weight", "norm1.bias", "attn.proj.bias", "gamma_1",
+                                                    "gamma_2", "norm2.weight", "norm2.bias", "mlp.fc2.bias")})
+        out.update({p + "attn.qkv.weight": (3 * width, width), p + "attn.qkv.bias": (3 * width,),
+                    p + "attn.proj.weight": (width, width), p + "mlp.fc1.weight": (mlp, width), p + "mlp.fc1.bias": (mlp,),
+                    p + "mlp.fc2.weight": (width, mlp)})
     if mixed:
         out["rope.freqs"] = (2, depth, heads, width // heads // 2)
     return out

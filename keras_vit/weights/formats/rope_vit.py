@@ -3,8 +3,8 @@ form, period 100) and `vit_*_patch16_rope_mixed_224` (RoPE-Mixed: the learned fr
 `rope.freqs`, `(2, depth, heads, head_dim / 2)`), timm's `Eva` layout with `attn_type='rope'`
 (key lists from timm's `eva.py`: a fused `qkv` with bias, `gamma_1` / `gamma_2` LayerScale, a GELU
 `Mlp`, the final `norm`, the class token unrotated, no position table). Renamed to timm's
-`VisionTransformer` names and read through its table (less the position table, as DINOv3's). The `_ape` variants and EVA-02, which add an
-absolute position table to the rotations, are refused."""
+`VisionTransformer` names and read through its table (less the position table, as DINOv3's).
+The `_ape` variants and EVA-02, which add an absolute position table to the rotations, are refused."""
 
 import re
 
@@ -36,7 +36,8 @@ def prepare(raw):
     for key, value in raw.tensors.items():
         if key == FREQS:
             if len(value.shape) != 4 or value.shape[0] != 2:
-                raise ValueError(f"{raw.path}: {FREQS} has shape {value.shape}; expected (2, depth, heads, head_dim / 2).")
+                raise ValueError(f"{raw.path}: {FREQS} has shape {value.shape}; "
+                                 "expected (2, depth, heads, head_dim / 2).")
             by_block = value.transpose(1, 0, 2, 3)
             tensors.update({_BLOCK_FREQS.format(i=i): by_block[i] for i in range(value.shape[1])})
         else:
