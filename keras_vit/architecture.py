@@ -119,6 +119,7 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
     if config.position_embedding == "rope":  # the encoder rotates queries and keys by the patches' coordinates
         rope["rope"] = position(grid, num_prefix_tokens=config.position_prefix, shift=config.rope_shift,
                                 jitter=config.rope_jitter, rescale=config.rope_rescale, seed=config.seed,
+                                form=config.rope_form, reference_grid=config.rope_reference_grid,
                                 name="posembed_input")(tokens, patches)
     else:
         resize = {"interpolation": config.interpolation or interpolations.DEFAULT} if position is PositionEmbedding else {}

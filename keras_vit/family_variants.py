@@ -12,6 +12,9 @@ _DINOV2 = dict(patch_size=14, layer_scale_init=1e-5, approximate_gelu=False, inp
 _DINOV3 = dict(patch_size=16, position_embedding="rope", num_registers=4, layer_scale_init=1e-5, key_bias=False,
                approximate_gelu=False, layer_norm_epsilon=1e-5, input_size=224, include_top=False,
                preprocessing="dinov3")
+_ROPE_VIT = dict(patch_size=16, position_embedding="rope", rope_form="axial", rope_theta=100.0, layer_scale_init=1e-5,
+                 approximate_gelu=False, layer_norm_epsilon=1e-6, input_size=224, preprocessing="deit")
+_ROPE_MIXED = dict(_ROPE_VIT, rope_form="mixed", rope_theta=10.0)
 _SIGLIP = dict(class_token=False, pooling="map", approximate_gelu=True, input_size=224, include_top=False,
                preprocessing="siglip")
 
@@ -34,6 +37,11 @@ FAMILIES = {
     "DINOv3L16": dict(_DINOV3, hidden_dim=1024, depth=24, num_heads=16, mlp_dim=4096),
     "DINOv3HPlus16": dict(_DINOV3, hidden_dim=1280, depth=32, num_heads=20, mlp_dim=5120, mlp="swiglu"),
     "DINOv37B16": dict(_DINOV3, hidden_dim=4096, depth=40, num_heads=32, mlp_dim=8192, mlp="swiglu", qkv_bias=False),
+    # Naver's RoPE-ViT (Heo et al., 2024), timm's `vit_*_patch16_rope[_mixed]_224`: DeiT III blocks (LayerScale),
+    # the class token, no position table; the axial rotary form (period 100) or RoPE-Mixed (learned frequencies).
+    **{f"RoPE{kind}ViT{size}16": dict(base, hidden_dim=d, depth=n, num_heads=h, mlp_dim=4 * d)
+       for kind, base in (("", _ROPE_VIT), ("Mixed", _ROPE_MIXED))
+       for size, d, n, h in (("S", 384, 12, 6), ("B", 768, 12, 12), ("L", 1024, 24, 16))},
     # SigLIP image towers (Zhai et al., 2023): no class token, MAP head, tanh GELU.
     "SigLIPB16": dict(_SIGLIP, patch_size=16, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
     "SigLIPSo400m14": dict(_SIGLIP, patch_size=14, hidden_dim=1152, depth=27, num_heads=16, mlp_dim=4304),

@@ -28,6 +28,7 @@ POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope")
 MLPS = ("gelu", "swiglu")
 SIZES, DEPTHS = f"[1, {MAX_DIMENSION}]", f"[1, {MAX_DEPTH}]"  # bounded (`keras_vit.limits`)
 NORMS = ("layernorm", "rmsnorm")
+ROPE_FORMS = ("dinov3", "axial", "mixed")  # the 2-D rotary forms (`keras_vit.layers.rope`)
 ENCODER = "encoder"  # `to=` of the options relayed to `keras_vit.layers.Encoder` (and by it to every block)
 
 ARCHITECTURE, HEAD, REGULARISATION, NUMERICS, TOKENS, MODEL = (
@@ -105,8 +106,17 @@ class ViTConfig:
     position_embedding: str = option(
         "learned", "'learned', the fixed 2-D 'sincos2d' (big_vision) or DINOv3's 2-D rotary 'rope' of the patch "
         "tokens' queries and keys", group=TOKENS, choices=POSITION_EMBEDDINGS)
-    rope_theta: float = option(100.0, "period of the rotary embeddings' lowest frequency (DINOv3: 100)",
-                               group=TOKENS, interval="(0, inf)", to=ENCODER)
+    rope_theta: float = option(
+        100.0, "period of the rotary embeddings' lowest frequency (DINOv3 and Naver's RoPE-ViT axial: 100; the mixed "
+        "form's initial frequencies: 10)", group=TOKENS, interval="(0, inf)", to=ENCODER)
+    rope_form: str = option(
+        "dinov3", "the 2-D rotary form: 'dinov3' (normalised patch centres, pairs (i, i + head_dim/2)), 'axial' "
+        "(Naver's RoPE-ViT / timm `RotaryEmbeddingCat`: integer indices, adjacent pairs) or 'mixed' (RoPE-Mixed: "
+        "learned frequencies per block and head, adjacent pairs)", group=TOKENS, choices=ROPE_FORMS, to=ENCODER)
+    rope_reference_grid: Optional[tuple] = option(
+        None, "the axial form's reference patch grid (rows, columns): at another grid the indices are scaled to it "
+        "(timm's `ref_feat_shape`, EVA-02); None: unscaled", group=TOKENS, metavar="ROWS,COLUMNS",
+        check=fields.numbers_tuple("rope_reference_grid", 2, "the reference grid's rows and columns"))
     rope_shift: Optional[float] = option(
         None, "training-time shift of the rope coordinates by a uniform draw in [-shift, shift] per axis; None: off",
         group=TOKENS, interval="(0, inf)")
@@ -169,6 +179,10 @@ class ViTConfig:
             problem = "distillation_head=True needs distillation_token=True."
         elif self.fc_norm and self.head_pooling == "map":
             problem = "fc_norm=True normalises the pooled features; the MAP head has its own LayerNorm: use 'avg' or 'token'."
+        elif (self.rope_form != "dinov3" or self.rope_reference_grid) and self.position_embedding != "rope":
+            problem = "rope_form / rope_reference_grid need position_embedding='rope'."
+        elif self.rope_reference_grid and self.rope_form != "axial":
+            problem = "rope_reference_grid scales the axial form's indices; use rope_form='axial' or None."
         elif self.patch_drop_rate and self.position_embedding == "rope":
             problem = "patch_drop_rate with position_embedding='rope' is not supported (the rotations would need the kept patches' coordinates); use 0."
         elif self.distillation_head and self.head_pooling != "token":

@@ -6,7 +6,7 @@ from keras import ops
 from keras_vit.layers.fused_attention import dot_product_attention
 from keras_vit.layers.linear import Linear
 from keras_vit.layers.norms import normalization
-from keras_vit.layers.rope import THETA, rotate, rotation
+from keras_vit.layers.rope import FORMS, THETA, axial_rotation, mixed_frequencies, mixed_rotation, rotate, rotation
 from keras_vit.layers.sublayer import run
 
 
@@ -26,7 +26,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     does attention dropout while training.
 
     `call(x, rope=coordinates)` rotates the queries and keys of the last patch tokens by
-    their `(1, patches, 2)` coordinates (`keras_vit.layers.rope`, period `rope_theta`) before
+    their `(1, patches, 2)` coordinates (`keras_vit.layers.rope`, period `rope_theta`, form
+    `rope_form`: "mixed" adds the learned float32 `rope_frequencies` `(2, heads, head_dim / 2)`) before
     the attention; `call(x, valid=valid)` attends only to the keys where the boolean
     `(batch, tokens)` `valid` is True (NaFlex's padding left out); `call(x, segment_ids=ids)`
     lets each token attend only to the tokens of its own segment (the same `(batch, tokens)` id:
@@ -40,12 +41,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, dropout_rate=0.0, seed=None, rope_theta=THETA, key_bias=True, qkv_bias=True,
-                 proj_bias=True, qk_norm=False, norm="layernorm", layer_norm_epsilon=1e-6, **kwargs):
+                 proj_bias=True, qk_norm=False, norm="layernorm", layer_norm_epsilon=1e-6, rope_form="dinov3",
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.dropout_rate = float(dropout_rate)
         self.seed = seed
         self.rope_theta = float(rope_theta)
+        if rope_form not in FORMS:
+            raise ValueError(f"Unknown rope_form={rope_form!r}; expected one of {FORMS}.")
+        self.rope_form = rope_form
         self.key_bias = bool(key_bias)
         self.qkv_bias = bool(qkv_bias)
         self.proj_bias = bool(proj_bias)
@@ -74,6 +79,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if self.qk_norm:
             self.q_norm.build((None, None, self.num_heads, self.head_dim))
             self.k_norm.build((None, None, self.num_heads, self.head_dim))
+        if self.rope_form == "mixed":  # float32 and read as such under mixed precision
+            self.rope_frequencies = self.add_weight(
+                shape=(2, self.num_heads, self.head_dim // 2), name="rope_frequencies", dtype="float32",
+                autocast=False, initializer=lambda shape, dtype=None: mixed_frequencies(
+                    self.num_heads, self.head_dim, self.rope_theta, self.seed))
         self.dropout.build(None)  # called through `run`, which does not mark it built
 
     def _split_heads(self, x):
@@ -85,6 +95,17 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if self.qk_norm:
             q, k = run(self.q_norm, q), run(self.k_norm, k)
         return q, k, v
+
+    def _rotated(self, q, k, coordinates):
+        """`q`, `k` with their patch tokens rotated by the `(patches, 2)` coordinates (`rope_form`)."""
+        if self.rope_form == "dinov3":
+            cos, sin = rotation(coordinates, self.head_dim, self.rope_theta)
+        elif self.rope_form == "axial":
+            cos, sin = axial_rotation(coordinates, self.head_dim, self.rope_theta)
+        else:
+            cos, sin = mixed_rotation(coordinates, self.rope_frequencies)
+        interleaved = self.rope_form != "dinov3"
+        return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
 
     def _explicit_attention(self, q, k, v, training, valid=None):
         scale = ops.cast(self.head_dim**-0.5, q.dtype)
@@ -101,8 +122,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if segment_ids is not None:  # (batch, tokens, tokens): the pairs within one segment
             valid = ops.equal(segment_ids[:, :, None], segment_ids[:, None, :])
         if rope is not None:
-            cos, sin = rotation(rope[0], self.head_dim, self.rope_theta)
-            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+            q, k = self._rotated(q, k, rope[0])
         weights = None
         if return_attention_weights or (training and self.dropout_rate > 0):
             context, weights = self._explicit_attention(q, k, v, training, valid)
@@ -122,6 +142,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "dropout_rate": self.dropout_rate,
             "seed": self.seed,
             "rope_theta": self.rope_theta,
+            "rope_form": self.rope_form,
             "key_bias": self.key_bias,
             "qkv_bias": self.qkv_bias,
             "proj_bias": self.proj_bias,

@@ -22,7 +22,7 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
 
     `mlp="swiglu"` uses `SwiGLUBlock` instead of the GELU MLP; `layer_scale_init` (a float)
     scales each branch by a learned `LayerScale` (`ls_1`, `ls_2`) starting at that value.
-    `call(x, rope=coordinates)` rotates the patch tokens' queries and keys (`rope_theta`);
+    `call(x, rope=coordinates)` rotates the patch tokens' queries and keys (`rope_theta`, `rope_form`);
     `call(x, valid=mask)` attends only to the tokens where the `(batch, tokens)` mask is True,
     `call(x, segment_ids=ids)` only within each token's segment;
     `key_bias=False` drops the key bias, `qkv_bias` / `proj_bias` / `qk_norm` are
@@ -46,6 +46,7 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         mlp="gelu",
         layer_scale_init=None,
         rope_theta=THETA,
+        rope_form="dinov3",
         key_bias=True,
         qkv_bias=True,
         proj_bias=True,
@@ -74,7 +75,7 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         policy = self.dtype_policy
         self.ln_1 = normalization(norm, self.layer_norm_epsilon, "ln_1", policy)
         self.attention = MultiHeadSelfAttention(
-            num_heads, attention_dropout_rate, seed=seed, rope_theta=rope_theta, key_bias=key_bias, qkv_bias=qkv_bias,
+            num_heads, attention_dropout_rate, seed=seed, rope_theta=rope_theta, rope_form=rope_form, key_bias=key_bias, qkv_bias=qkv_bias,
             proj_bias=proj_bias, qk_norm=qk_norm, norm=norm, layer_norm_epsilon=self.layer_norm_epsilon,
             name="attention", dtype=policy,
         )
@@ -127,6 +128,7 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
             "mlp": self.mlp_kind,
             "layer_scale_init": self.layer_scale_init,
             "rope_theta": self.attention.rope_theta,
+            "rope_form": self.attention.rope_form,
             "key_bias": self.attention.key_bias,
             "qkv_bias": self.attention.qkv_bias,
             "proj_bias": self.attention.proj_bias,

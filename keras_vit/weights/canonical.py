@@ -9,6 +9,7 @@ from typing import Optional
 
 from keras_vit import limits
 from keras_vit.interpolation import INTERPOLATIONS
+from keras_vit.model_config import ROPE_FORMS
 from keras_vit.patch_grid import grid_size_of
 from keras_vit.variants import VARIANTS
 from keras_vit.weights import stems
@@ -30,6 +31,8 @@ FC_NORM = ("fc_norm/scale", "fc_norm/bias")
 LAYER_SCALE = (BLOCK + "LayerScale_1/scale", BLOCK + "LayerScale_3/scale")
 # timm's `qk_norm`: a norm of each head's queries / keys (`scale`, and `bias` for a LayerNorm).
 QK_NORM = tuple(ATTN + f"{n}_norm/" for n in ("query", "key"))
+# RoPE-Mixed's learned rotary frequencies `(fx, fy)` of each block, `(2, heads, head_dim // 2)`.
+ROPE_FREQS = ATTN + "rope_frequencies"
 MAP = "MAPHead_0/"
 MAP_ATTN = MAP + "MultiHeadDotProductAttention_0/"
 MAP_KEYS = (
@@ -52,7 +55,8 @@ class Metadata:
     `keras_vit.interpolation.INTERPOLATIONS`), where the file says (else its format's).
     `rope_theta`: the period of its rotary position embeddings (rope models only); `key_bias`:
     False where its attention keys have no bias (DINOv3); `naflex`: True for a NaFlex model
-    (patches, spatial shapes and mask in; SigLIP 2)."""
+    (patches, spatial shapes and mask in; SigLIP 2); `rope_form`: the rotary form
+    (`keras_vit.layers.rope.FORMS`) where it is not DINOv3's."""
 
     approximate_gelu: Optional[bool] = None
     num_heads: Optional[int] = None
@@ -64,6 +68,7 @@ class Metadata:
     rope_theta: Optional[float] = None
     key_bias: Optional[bool] = None
     naflex: Optional[bool] = None
+    rope_form: Optional[str] = None
 
 
 def _is_count(value):
@@ -92,6 +97,8 @@ def check_metadata(meta, path):
     if theta is not None and (isinstance(theta, bool) or not isinstance(theta, numbers.Real)
                               or not math.isfinite(theta) or theta <= 0):
         problems.append(f"rope_theta={theta!r} (expected a finite number > 0)")
+    if meta.rope_form not in (None, *ROPE_FORMS):
+        problems.append(f"rope_form={meta.rope_form!r} (expected one of {ROPE_FORMS})")
     if meta.pooling not in (None, "token", "avg"):
         problems.append(f"pooling={meta.pooling!r} (expected 'token' or 'avg')")
     if meta.interpolation is not None and meta.interpolation not in INTERPOLATIONS:
@@ -125,6 +132,7 @@ class Checkpoint:
     rope_theta: float = None
     key_bias: bool = None
     naflex: bool = None
+    rope_form: str = None
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None
@@ -265,6 +273,7 @@ class Checkpoint:
             shapes.update({key.format(i=i): (width,) for key in LAYER_SCALE})
             attention(ATTN.format(i=i))
             shapes.update({norm.format(i=i) + p: (width // heads,) for norm in QK_NORM for p in ("scale", "bias")})
+            shapes[ROPE_FREQS.format(i=i)] = (2, heads, width // heads // 2)
             shapes.update({mlp_block + "Dense_0/kernel": (width, hidden), mlp_block + "Dense_0/bias": (hidden,)})
             shapes.update({mlp_block + "Dense_1/kernel": (mlp, width), mlp_block + "Dense_1/bias": (width,)})
         attention(MAP_ATTN)  # the MAP head: a probe token, attention, LayerNorm and a GELU MLP of the blocks' width
@@ -346,6 +355,7 @@ class Checkpoint:
             **({"rope_theta": self.rope_theta} if self.rope_theta else {}),
             **({"key_bias": False} if self.key_bias is False else {}),
             **({"naflex": True} if self.naflex else {}),
+            **({"rope_form": self.rope_form} if self.rope_form not in (None, "dinov3") else {}),
         )
 
 

@@ -47,6 +47,7 @@ def model_checkpoint(model):
         getattr(model.get_layer("posembed_input"), "interpolation", None),
         attention.rope_theta if rope else None, attention.key_bias,
         type(model.get_layer("posembed_input")).__name__ == "NaFlexPositionEmbedding",
+        attention.rope_form if rope else None,
     )
 
 

@@ -28,7 +28,8 @@ copies) or, for SigLIP, as Google's transformers repositories: DeiT distilled (`
 plain (under `ViTTi16` / `ViTS16` / `ViTB16`: the same shapes as the paper's, the entry gives
 DeiT's preprocessing), DINOv2 with and without registers (`DINOv2*14`; the builders take the `reg4` files'
 4 registers from the file), DINOv3 (`DINOv3*16`: timm's copies, `formats.dinov3`, under Meta's DINOv3
-License, not Apache-2.0) and SigLIP image towers (the `vision_model` of a `SiglipModel` file). Each
+License, not Apache-2.0), Naver's RoPE-ViT axial and mixed ImageNet-1k classifiers (`RoPE*ViT*16`: timm's
+`vit_*_patch16_rope[_mixed]_224.naver_in1k`, `formats.rope_vit`) and SigLIP image towers (the `vision_model` of a `SiglipModel` file). Each
 entry names its preprocessing (`keras_vit.preprocessing`), which the model built on it takes.
 
 sha256 and size are recorded where known; none could be downloaded when this table was
@@ -180,6 +181,8 @@ ENTRIES = [
       for entry in _family(variant, "dinov3", 224, None, _DINOV3.format(size, data), license="dinov3-license")),
     *_family("DINOv37B16", "dinov3", 224, None, "vit_7b_patch16_dinov3.lvd1689m", "vit_7b_patch16_dinov3.sat493m",
              license="dinov3-license"),
+    *(entry for size, name in (("S", "small"), ("B", "base"), ("L", "large")) for kind, tag in (("", ""), ("Mixed", "_mixed"))
+      for entry in _family(f"RoPE{kind}ViT{size}16", "deit", 224, 1000, f"vit_{name}_patch16_rope{tag}_224.naver_in1k")),
     *_family("SigLIPB16", "siglip", 224, None, "google/siglip-base-patch16-224", url=_GOOGLE),
     *_family("SigLIPSo400m14", "siglip", 224, None, "google/siglip-so400m-patch14-224", url=_GOOGLE),
     # "384 px": its 27 x 27 patches cover 378 px (transformers' stride-14 convolution drops 6).
@@ -262,7 +265,7 @@ def entries(variant=None):
 
 # What tells the named models apart besides the five numbers (a DeiT-B/16 has ViT-B/16's).
 # Register tokens do not: DINOv2's `reg4` files are entries of the DINOv2 models.
-_OPTIONS = ("class_token", "distillation_token", "position_embedding", "mlp")
+_OPTIONS = ("class_token", "distillation_token", "position_embedding", "rope_form", "mlp")
 
 
 def _signature(args):

@@ -6,6 +6,7 @@
 from keras_vit.weights import stems
 from keras_vit.weights.canonical import (
     ATTN, BLOCK, DIST, FC_NORM, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QK_NORM, QKV, REG,
+    ROPE_FREQS,
 )
 from keras_vit.weights.lazy import concat
 from keras_vit.weights.table import Row, Table, pairs
@@ -99,6 +100,7 @@ TABLE = Table(
         (POSEMB, "posembed_input/pos_embedding"),
         (LAYER_SCALE[0], BLOCK_PATH + "ls_1/gamma"),
         (LAYER_SCALE[1], BLOCK_PATH + "ls_2/gamma"),
+        (ROPE_FREQS, BLOCK_PATH + "attention/rope_frequencies"),
         *zip(HEAD_DIST, ("head_dist/kernel", "head_dist/bias")),
         optional=True,
     )

@@ -2,11 +2,14 @@
 the reference implementations (transformers models of the same configuration, on the meta
 device: no memory)."""
 
+import math
+
 import pytest
 
 import keras_vit
 from keras_vit.family_variants import FAMILIES
 from tests.support.models import shapes_only
+from tests.support.timm_rope_vit import shapes as rope_vit_shapes
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -34,18 +37,26 @@ REFERENCES = {
     "SigLIPSo400m16": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, patch_size=16, image_size=256)),
     "SigLIPG16": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=1536, intermediate_size=6144, num_hidden_layers=40, num_attention_heads=16, patch_size=16, image_size=256)),
 }
+# Naver's RoPE-ViT: timm's key shapes (`eva.py`; timm is not installed) of width, depth, heads, mixed.
+ROPE_VIT = {f"RoPE{kind}ViT{size}16": (d, n, h, kind == "Mixed") for kind in ("", "Mixed")
+            for size, d, n, h in (("S", 384, 12, 6), ("B", 768, 12, 12), ("L", 1024, 24, 16))}
 # README's table (keras_vit's own count; checked below against the references).
 PARAMETERS = {
     "DeiTTi16": 5_910_800, "DeiTS16": 22_436_432, "DeiTB16": 87_338_192,
     "DINOv2S14": 22_056_192, "DINOv2B14": 86_579_712, "DINOv2L14": 304_367_616, "DINOv2G14": 1_136_479_232,
     "DINOv3S16": 21_600_768, "DINOv3SPlus16": 28_697_088, "DINOv3B16": 85_668_864, "DINOv3L16": 303_153_152,
     "DINOv3HPlus16": 840_632_320, "DINOv37B16": 6_716_030_976,
+    "RoPEViTS16": 21_984_232, "RoPEViTB16": 86_434_792, "RoPEViTL16": 304_174_056,
+    "RoPEMixedViTS16": 21_988_840, "RoPEMixedViTB16": 86_444_008, "RoPEMixedViTL16": 304_198_632,
     "SigLIPB16": 92_884_224, "SigLIPSo400m14": 427_680_704,
     "SigLIPL16": 315_956_224, "SigLIPSo400m16": 427_888_064, "SigLIPG16": 1_163_168_256,
 }
 
 
 def _reference_count(name):
+    if name in ROPE_VIT:
+        d, n, h, mixed = ROPE_VIT[name]
+        return sum(math.prod(shape) for shape in rope_vit_shapes(d, n, h, 4 * d, mixed=mixed).values())
     model_class, config_class, args = REFERENCES[name]
     with torch.device("meta"):
         model = getattr(transformers, model_class)(getattr(transformers, config_class)(**args))

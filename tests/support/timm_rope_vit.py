@@ -1,0 +1,119 @@
+"""An independent torch reference of timm's Naver RoPE-ViT (`eva.py`: `Eva` with
+`attn_type='rope'`, `layers/pos_embed_sincos.py`: `build_rotary_pos_embed(in_pixels=False,
+grid_indexing='xy')`, `get_mixed_grid` / `get_mixed_freqs`, `rot`, `rope_rotate_half`,
+`apply_rot_embed_cat`; `layers/attention.py`: `AttentionRope`), written from timm's formulas for
+the tests (timm is not installed here); it runs on timm-named state dicts."""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def axial_embed(h, w, head_dim, temperature, reference=None, swap_xy=False):
+    """timm's `build_rotary_pos_embed` with `in_pixels=False, grid_indexing='xy'`: `(sin, cos)`,
+    each `(h * w, head_dim)`. `swap_xy`: the `'ij'` order (a mutation for the tests)."""
+    bands = 1.0 / temperature ** (torch.arange(head_dim // 4, dtype=torch.float32) / (head_dim // 4))
+    shape = [h, w] if swap_xy else [w, h]
+    ref = None if reference is None else ([reference[0], reference[1]] if swap_xy else [reference[1], reference[0]])
+    t = [torch.arange(s, dtype=torch.float32) for s in shape]
+    if ref is not None:
+        t = [x / f * r for x, f, r in zip(t, shape, ref)]
+    grid = torch.stack(torch.meshgrid(t, indexing="ij" if swap_xy else "xy"), dim=-1).unsqueeze(-1)
+    pos = grid * bands
+    sin, cos = pos.sin().reshape(h * w, -1), pos.cos().reshape(h * w, -1)
+    return sin.repeat_interleave(2, -1), cos.repeat_interleave(2, -1)
+
+
+def mixed_embed(freqs, h, w):
+    """timm's `get_mixed_grid(grid_indexing='xy')` + `get_mixed_freqs` for one block's
+    `(2, heads, head_dim / 2)` frequencies: `(sin, cos)`, each `(heads, h * w, head_dim)`."""
+    x_pos, y_pos = torch.meshgrid(torch.arange(w, dtype=torch.float32), torch.arange(h, dtype=torch.float32),
+                                  indexing="xy")
+    t_x, t_y = x_pos.flatten(), y_pos.flatten()
+    combined = t_x.unsqueeze(-1) @ freqs[0].unsqueeze(-2) + t_y.unsqueeze(-1) @ freqs[1].unsqueeze(-2)
+    return combined.sin().repeat_interleave(2, -1), combined.cos().repeat_interleave(2, -1)
+
+
+def rot(x):
+    return torch.stack([-x[..., 1::2], x[..., ::2]], -1).reshape(x.shape)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply(x, sin, cos, half=False):
+    """`apply_rot_embed_cat` on `(batch, heads, patches, head_dim)`."""
+    return x * cos + (rotate_half(x) if half else rot(x)) * sin
+
+
+def forward(sd, image, heads, mixed=False, temperature=100.0, eps=1e-6, prefix_rotated=False, half=False,
+            swap_xy=False):
+    """timm `Eva` (`vit_*_patch16_rope*_224`) logits of the NCHW `image` from the state dict `sd`
+    (torch tensors); the keyword flags are mutations for the tests."""
+    sd = {k: torch.as_tensor(np.asarray(v)) for k, v in sd.items()}
+    x = F.conv2d(image, sd["patch_embed.proj.weight"], sd["patch_embed.proj.bias"],
+                 stride=sd["patch_embed.proj.weight"].shape[-1])
+    batch, width, h, w = x.shape
+    x = torch.cat([sd["cls_token"].expand(batch, -1, -1), x.flatten(2).transpose(1, 2)], dim=1)
+    head_dim, depth = width // heads, 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
+    npt = 0 if prefix_rotated else 1
+    for i in range(depth):
+        p = f"blocks.{i}."
+        sin, cos = (mixed_embed(sd["rope.freqs"][:, i], h, w) if mixed
+                    else axial_embed(h, w, head_dim, temperature, swap_xy=swap_xy))
+        if prefix_rotated:  # the class token rotated too, as the patch at (0, 1) (a mutation)
+            sin, cos = (torch.cat([t[..., 1:2, :], t], dim=-2) for t in (sin, cos))
+        y = F.layer_norm(x, (width,), sd[p + "norm1.weight"], sd[p + "norm1.bias"], eps)
+        qkv = F.linear(y, sd[p + "attn.qkv.weight"], sd[p + "attn.qkv.bias"])
+        q, k, v = qkv.reshape(batch, -1, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q = torch.cat([q[:, :, :npt], apply(q[:, :, npt:], sin, cos, half)], dim=2)
+        k = torch.cat([k[:, :, :npt], apply(k[:, :, npt:], sin, cos, half)], dim=2)
+        y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch, -1, width)
+        x = x + sd[p + "gamma_1"] * F.linear(y, sd[p + "attn.proj.weight"], sd[p + "attn.proj.bias"])
+        y = F.layer_norm(x, (width,), sd[p + "norm2.weight"], sd[p + "norm2.bias"], eps)
+        y = F.linear(F.gelu(F.linear(y, sd[p + "mlp.fc1.weight"], sd[p + "mlp.fc1.bias"])),
+                     sd[p + "mlp.fc2.weight"], sd[p + "mlp.fc2.bias"])
+        x = x + sd[p + "gamma_2"] * y
+    x = F.layer_norm(x, (width,), sd["norm.weight"], sd["norm.bias"], eps)
+    return F.linear(x[:, 0], sd["head.weight"], sd["head.bias"])
+
+
+def shapes(width, depth, heads, mlp, patch=16, classes=1000, mixed=False):
+    """timm's state-dict keys and shapes of a `vit_*_patch16_rope[_mixed]_224` (`eva.py`: `Eva` with
+    `attn_type='rope'`, `init_values`, `global_pool='token'`, no `pos_embed`)."""
+    out = {"cls_token": (1, 1, width), "patch_embed.proj.weight": (width, 3, patch, patch),
+           "patch_embed.proj.bias": (width,), "norm.weight": (width,), "norm.bias": (width,),
+           "head.weight": (classes, width), "head.bias": (classes,)}
+    for i in range(depth):
+        p = f"blocks.{i}."
+        out.update({p + name: (width,) for name in ("norm1.weight", "norm1.bias", "attn.proj.bias", "gamma_1",
+                                                    "gamma_2", "norm2.weight", "norm2.bias", "mlp.fc2.bias")})
+        out.update({p + "attn.qkv.weight": (3 * width, width), p + "attn.qkv.bias": (3 * width,),
+                    p + "attn.proj.weight": (width, width), p + "mlp.fc1.weight": (mlp, width), p + "mlp.fc1.bias": (mlp,),
+                    p + "mlp.fc2.weight": (width, mlp)})
+    if mixed:
+        out["rope.freqs"] = (2, depth, heads, width // heads // 2)
+    return out
+
+
+def state_dict(rng, width=32, depth=2, heads=2, mlp=64, patch=4, classes=5, mixed=False):
+    """Random float32 weights under timm's key names (`shapes`): norms and LayerScale near 1 / 0.5,
+    projections scaled by their fan-in, the mixed frequencies larger than timm's initial ones
+    (so that every rotation matters)."""
+    sd = {}
+    for key, shape in shapes(width, depth, heads, mlp, patch, classes, mixed).items():
+        noise = rng.normal(size=shape)
+        if key.endswith(("norm1.weight", "norm2.weight", "norm.weight")):
+            noise = 1 + 0.1 * noise
+        elif "gamma" in key:
+            noise = 0.5 + 0.1 * noise
+        elif len(shape) == 2:
+            noise = noise * shape[1] ** -0.5
+        elif key == "patch_embed.proj.weight":
+            noise = noise * 0.3
+        elif key.endswith("bias"):
+            noise = noise * 0.1
+        sd[key] = noise
+    return {k: np.asarray(v, np.float32) for k, v in sd.items()}
