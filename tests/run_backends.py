@@ -10,12 +10,13 @@ import sys
 import time
 
 BACKENDS = ("tensorflow", "jax", "torch")
+DEFAULT_ARGS = ("--durations=30",)  # the slowest tests of each backend, for keeping CI time down
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 
 
 def run(backend, pytest_args):
     env = {**os.environ, "KERAS_BACKEND": backend}
-    command = [sys.executable, "-m", "pytest", "tests", *pytest_args]
+    command = [sys.executable, "-m", "pytest", "tests", *DEFAULT_ARGS, *pytest_args]
     print(f"\n=== KERAS_BACKEND={backend}: {' '.join(command)}", flush=True)
     start = time.time()
     proc = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
