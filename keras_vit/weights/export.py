@@ -111,6 +111,9 @@ def _write(fmt, path, ckpt):
     that the disk has room for it (float32); a failed write's error is one line. Rotary
     position embeddings (DINOv3) are refused but by the formats that record them (`writes_rope`)."""
     ckpt.check()
+    if ckpt.position_embedding == "rope" and ckpt.rope_form not in (None, "dinov3") and not fmt.writes_rope:
+        raise ValueError(f"{ckpt.path}: no weights format records the {ckpt.rope_form} rotary form (RoPE-ViT) yet; "
+                         "save the model with model.save('x.keras').")
     if (ckpt.position_embedding == "rope" or ckpt.key_bias is False) and not fmt.writes_rope:
         rope = ", ".join(f.option for f in formats.FORMATS if f.writes_rope and f.write)
         raise ValueError(

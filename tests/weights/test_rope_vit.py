@@ -84,6 +84,16 @@ def test_export_to_the_dinov3_layout_is_refused_for_the_other_forms(tmp_path):
     assert "\n" not in str(error.value) and not os.listdir(tmp_path)
 
 
+@pytest.mark.parametrize("fmt", ["npz", "timm", "hf", "kerashub"])
+def test_other_weights_formats_refuse_the_other_forms_without_pointing_to_the_dinov3_layout(tmp_path, fmt):
+    """Their refusal named timm_dinov3, which refuses these forms too."""
+    model = keras_vit.VisionTransformer(4, 16, 1, 2, 32, input_shape=(8, 8, 3), position_embedding="rope",
+                                        rope_form="mixed", classes=3)
+    with pytest.raises(ValueError, match="no weights format records the mixed rotary form") as error:
+        keras_vit.weights.export(model, tmp_path / "out", format=fmt)
+    assert "timm_dinov3" not in str(error.value) and "\n" not in str(error.value) and not os.listdir(tmp_path)
+
+
 def test_named_entry_builds_its_model_from_the_cached_file(tmp_path, rng, monkeypatch):
     """A named RoPE-Mixed entry (its file in the cache: no download) gives the builder its weights,
     rotary form and preprocessing."""
