@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from tests.support.checkpoints import randomize_family_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -17,16 +18,7 @@ TOLERANCE = 1e-5
 
 def _save(folder, **options):
     model = transformers.DINOv3ViTModel(transformers.DINOv3ViTConfig(**{**TINY, **options}))
-    generator = torch.Generator().manual_seed(len(options))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=generator)
-            if p.ndim >= 2 and name.endswith("weight"):
-                p.copy_(noise * p.shape[-1] ** -0.5)
-            elif name.endswith("lambda1") or "norm" in name and name.endswith("weight"):
-                p.copy_(0.6 + 0.2 * noise)
-            else:
-                p.copy_(0.3 * noise)
+    randomize_family_model(model, len(options))
     model.eval().save_pretrained(folder)
     return model
 

@@ -10,6 +10,7 @@ import pytest
 
 import keras_vit
 from keras_vit.weights.containers import write_safetensors
+from tests.support.checkpoints import randomize_family_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -20,20 +21,13 @@ GATED = dict(use_gated_mlp=True, hidden_act="silu")
 
 
 def reference_model(options, zero_qv_bias=False):
-    model = transformers.DINOv3ViTModel(transformers.DINOv3ViTConfig(**TINY, **options))
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=generator)
-            if zero_qv_bias and name.endswith(("q_proj.bias", "v_proj.bias")):
-                p.zero_()
-            elif p.ndim >= 2 and name.endswith("weight"):
-                p.copy_(noise * p.shape[-1] ** -0.5)
-            elif name.endswith("lambda1") or "norm" in name and name.endswith("weight"):
-                p.copy_(0.6 + 0.2 * noise)
-            else:
-                p.copy_(0.3 * noise)
-    return model.eval()
+    model = randomize_family_model(transformers.DINOv3ViTModel(transformers.DINOv3ViTConfig(**TINY, **options)), 1)
+    if zero_qv_bias:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith(("q_proj.bias", "v_proj.bias")):
+                    p.zero_()
+    return model
 
 
 def _blocks(sd):
