@@ -1,51 +1,70 @@
 """Runs the whole test suite once per Keras backend, each in its own process.
 
-Usage: python tests/run_backends.py [BACKEND ...] [-- PYTEST_ARGS ...]
+Usage: python tests/run_backends.py [--jobs N] [BACKEND ...] [-- PYTEST_ARGS ...]
+
+Up to `--jobs` backends (default: one per CPU core, at most three) run at the same time; most
+tests are small models whose time goes to one core's Python and dispatch, so on two cores two
+backends take little longer than one. Each backend's output is printed whole when it ends.
 """
 
+import argparse
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
-BACKENDS = ("tensorflow", "jax", "torch")
+BACKENDS = ("jax", "tensorflow", "torch")  # the longest first: it starts at once, the others share a core
 DEFAULT_ARGS = ("--durations=30",)  # the slowest tests of each backend, for keeping CI time down
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 
 
 def run(backend, pytest_args):
+    """Runs pytest under `backend`; prints its output when it ends and returns the counts."""
     env = {**os.environ, "KERAS_BACKEND": backend}
     command = [sys.executable, "-m", "pytest", "tests", *DEFAULT_ARGS, *pytest_args]
-    print(f"\n=== KERAS_BACKEND={backend}: {' '.join(command)}", flush=True)
+    print(f"=== KERAS_BACKEND={backend}: started {' '.join(command)}", flush=True)
     start = time.time()
-    proc = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sys.stdout.write(proc.stdout)
+    with tempfile.TemporaryFile("w+") as log:
+        returncode = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True).returncode
+        log.seek(0)
+        output = log.read()
     counts = {"passed": 0, "failed": 0, "skipped": 0}
-    tail = proc.stdout.strip().splitlines()[-1:] or [""]
+    tail = output.strip().splitlines()[-1:] or [""]
     for number, word in COUNT.findall(tail[0]):
         counts["failed" if word.startswith("error") else word] += int(number)
-    if proc.returncode not in (0, 5) and counts["failed"] == 0:
+    if returncode not in (0, 5) and counts["failed"] == 0:
         counts["failed"] = 1  # pytest itself failed (collection error, crash)
+    sys.stdout.write(f"\n=== KERAS_BACKEND={backend} output\n{output}")
     print(f"=== {backend}: {counts} in {time.time() - start:.0f}s", flush=True)
     return counts
 
 
-def main(argv):
-    if "--" in argv:
-        split = argv.index("--")
-        backends, pytest_args = argv[:split], argv[split + 1 :]
-    else:
-        backends, pytest_args = argv, []
-    backends = backends or list(BACKENDS)
-    unknown = set(backends) - set(BACKENDS)
+def parse(argv):
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=min(len(BACKENDS), os.cpu_count() or 1),
+                        help="backends run at the same time (default: one per core, at most 3)")
+    parser.add_argument("backends", nargs="*", metavar="BACKEND", help=f"some of {', '.join(BACKENDS)} (default: all)")
+    args = parser.parse_args(argv[:split])
+    unknown = sorted(set(args.backends) - set(BACKENDS))
     if unknown:
-        sys.exit(f"Unknown backend(s) {sorted(unknown)}; expected some of {BACKENDS}.")
-    totals = {"passed": 0, "failed": 0, "skipped": 0}
-    for backend in backends:
-        for key, value in run(backend, pytest_args).items():
-            totals[key] += value
-    print(f"\n{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped")
+        parser.error(f"unknown backend(s) {', '.join(unknown)}; expected some of {', '.join(BACKENDS)}")
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: must be at least 1")
+    return args.jobs, args.backends or list(BACKENDS), argv[split + 1 :]
+
+
+def main(argv):
+    jobs, backends, pytest_args = parse(argv)
+    start = time.time()
+    with ThreadPoolExecutor(jobs) as pool:
+        results = list(pool.map(lambda backend: run(backend, pytest_args), backends))
+    totals = {key: sum(counts[key] for counts in results) for key in ("passed", "failed", "skipped")}
+    print(f"\n{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped "
+          f"({len(backends)} backends, {min(jobs, len(backends))} at a time, {time.time() - start:.0f}s)")
     return 1 if totals["failed"] or not totals["passed"] else 0
 
 
