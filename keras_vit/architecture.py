@@ -65,9 +65,15 @@ def _pool(config, tokens, valid=None):
             config.mlp_dim,
             approximate_gelu=config.approximate_gelu,
             layer_norm_epsilon=config.layer_norm_epsilon,
+            form=config.map_head,
             name="map_head",
         )(tokens, **masked)
     return TokenPooling(config.head_pooling, config.num_prefix_tokens, name="pooling")(tokens, **masked)
+
+
+def _patch_norm(config, tokens):
+    """`tokens` normalised by the `norm` of `patch_norm=True` (AIMv2), else as they are."""
+    return normalization(config.norm, config.layer_norm_epsilon, "embedding_norm")(tokens) if config.patch_norm else tokens
 
 
 def _naflex_tokens(config, input_shape, grid):
@@ -78,7 +84,7 @@ def _naflex_tokens(config, input_shape, grid):
         "spatial_shapes": keras.Input(shape=(2,), dtype="int32", name="spatial_shapes"),
         "mask": keras.Input(shape=(None,), dtype="int32", name="mask"),
     }
-    tokens = NaFlexPatchEmbedding(p, config.hidden_dim, channels, name="embedding")(inputs["patches"])
+    tokens = _patch_norm(config, NaFlexPatchEmbedding(p, config.hidden_dim, channels, name="embedding")(inputs["patches"]))
     tokens = NaFlexPositionEmbedding(grid, name="posembed_input")(tokens, inputs["spatial_shapes"])
     return inputs, tokens
 
@@ -109,7 +115,7 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         images = keras.Input(tensor=input_tensor, shape=input_shape, name="images")
     features = images if config.stem is None else config.stem(images)
     patches = PatchEmbedding(config.patch_size, config.hidden_dim, name="embedding")(features)
-    tokens = keras.layers.Reshape((-1, config.hidden_dim), name="flatten")(patches)
+    tokens = _patch_norm(config, keras.layers.Reshape((-1, config.hidden_dim), name="flatten")(patches))
     if config.class_token:
         tokens = ClassToken(name="class_token")(tokens)
     if config.distillation_token:
@@ -122,7 +128,8 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
                                 form=config.rope_form, reference_grid=config.rope_reference_grid,
                                 name="posembed_input")(tokens, patches)
     else:
-        resize = {"interpolation": config.interpolation or interpolations.DEFAULT} if position is PositionEmbedding else {}
+        resize = ({"interpolation": config.interpolation or interpolations.DEFAULT} if position is PositionEmbedding
+                  else {"form": config.sincos_form})
         tokens = position(grid, num_prefix_tokens=config.position_prefix, name="posembed_input", **resize)(tokens, patches)
     if config.num_registers:
         tokens = LearnedTokens(config.num_registers, offset=config.position_prefix, name="registers")(tokens)

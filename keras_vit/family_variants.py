@@ -17,6 +17,9 @@ _ROPE_VIT = dict(patch_size=16, position_embedding="rope", rope_form="axial", ro
 _ROPE_MIXED = dict(_ROPE_VIT, rope_form="mixed", rope_theta=10.0)
 _SIGLIP = dict(class_token=False, pooling="map", approximate_gelu=True, input_size=224, include_top=False,
                preprocessing="siglip")
+_AIMV2 = dict(patch_size=14, class_token=False, norm="rmsnorm", patch_norm=True, mlp="swiglu", qkv_bias=False,
+              proj_bias=False, mlp_bias=False, layer_norm_epsilon=1e-5, input_size=224, include_top=False,
+              preprocessing="aimv2")
 
 FAMILIES = {
     # DeiT distilled (Touvron et al., 2021): a distillation token and a second head.
@@ -50,4 +53,12 @@ FAMILIES = {
     "SigLIPSo400m16": dict(_SIGLIP, patch_size=16, hidden_dim=1152, depth=27, num_heads=16, mlp_dim=4304,
                            input_size=256),
     "SigLIPG16": dict(_SIGLIP, patch_size=16, hidden_dim=1536, depth=40, num_heads=16, mlp_dim=6144, input_size=256),
+    # AIMv2 image towers (Fini et al., 2024; apple/ml-aim `aimv2_*`): no class token, RMSNorm (also of the patch
+    # embeddings), bias-free projections, a SiLU-gated MLP; the native-resolution L/14 with MAE's sin-cos table.
+    "AIMv2L14": dict(_AIMV2, hidden_dim=1024, depth=24, num_heads=8, mlp_dim=2816),
+    "AIMv2H14": dict(_AIMV2, hidden_dim=1536, depth=24, num_heads=12, mlp_dim=4096),
+    "AIMv21B14": dict(_AIMV2, hidden_dim=2048, depth=24, num_heads=16, mlp_dim=5632),
+    "AIMv23B14": dict(_AIMV2, hidden_dim=3072, depth=24, num_heads=24, mlp_dim=8192),
+    "AIMv2L14Native": dict(_AIMV2, hidden_dim=1024, depth=24, num_heads=8, mlp_dim=2816, position_embedding="sincos2d",
+                           sincos_form="mae"),
 }

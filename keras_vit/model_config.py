@@ -29,6 +29,8 @@ MLPS = ("gelu", "swiglu")
 SIZES, DEPTHS = f"[1, {MAX_DIMENSION}]", f"[1, {MAX_DEPTH}]"  # bounded (`keras_vit.limits`)
 NORMS = ("layernorm", "rmsnorm")
 ROPE_FORMS = ("dinov3", "axial", "mixed")  # the 2-D rotary forms (`keras_vit.layers.rope`)
+SINCOS_FORMS = ("big_vision", "mae")  # the sincos2d frequencies (`keras_vit.layers.sincos_position_embedding`)
+MAP_HEADS = ("big_vision", "aimv2")  # the MAP heads (`keras_vit.layers.map_head`)
 ENCODER = "encoder"  # `to=` of the options relayed to `keras_vit.layers.Encoder` (and by it to every block)
 
 ARCHITECTURE, HEAD, REGULARISATION, NUMERICS, TOKENS, MODEL = (
@@ -164,6 +166,15 @@ class ViTConfig:
         None, "how the inputs are scaled (`model.preprocessing`, read by `preprocess_input(x, model)`, `predict` "
         "and the exports): a name of `keras_vit.preprocessing.PREPROCESSING`; None: the named weights' or the "
         "checkpoint's, else 'vit' ([-1, 1])", group=MODEL, check=_preprocessing)
+    # AIMv2 (Aimv2VisionModel): the norm of the patch embeddings, MAE's sin-cos frequencies, the probe-query head.
+    patch_norm: bool = option(
+        False, "a `norm` of the patch embeddings before the position embeddings are added (AIMv2)", group=MODEL)
+    sincos_form: str = option(
+        "big_vision", "the 'sincos2d' frequencies temperature ** -(i / n) of each axis' n = width / 4: 'big_vision' "
+        "(i / (n - 1)) or 'mae' (i / n: MAE's, AIMv2's native-resolution models)", group=TOKENS, choices=SINCOS_FORMS)
+    map_head: str = option(
+        "big_vision", "the 'map' pooling head: 'big_vision' (a query projection of the probe, then y + MLP(LayerNorm(y)): "
+        "SigLIP) or 'aimv2' (the probe is the query itself; no LayerNorm, no MLP)", group=HEAD, choices=MAP_HEADS)
     name: str = option("vision_transformer", "model name", group=MODEL)
 
     def __post_init__(self):
@@ -191,6 +202,8 @@ class ViTConfig:
                               or self.num_registers or self.patch_drop_rate):
             problem = ("naflex=True takes patch tokens only, with learned position embeddings: use class_token=False, "
                        "position_embedding='learned', no registers, no stem and patch_drop_rate=0.")
+        elif self.sincos_form != "big_vision" and self.position_embedding != "sincos2d":
+            problem = "sincos_form chooses the sin-cos frequencies; it needs position_embedding='sincos2d'."
         if problem:
             raise ValueError(problem)
 

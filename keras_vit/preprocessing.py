@@ -49,6 +49,8 @@ PREPROCESSING = {
     "siglip": Preprocessing(HALF, HALF, "bicubic", 1.0),
     # SigLIP 2 NaFlex (transformers Siglip2ImageProcessor: mean / std 0.5, bilinear resize to the patch budget).
     "siglip2": Preprocessing(HALF, HALF, "bilinear", 1.0),
+    # AIMv2 (apple/aimv2-*'s CLIPImageProcessor: OpenAI CLIP mean / std, bicubic resize of the short side, centre crop).
+    "aimv2": Preprocessing((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711), "bicubic", 1.0),
 }
 DEFAULT = "vit"
 

@@ -1,4 +1,5 @@
-"""Multi-head attention pooling (big_vision `MAPHead`, timm `AttentionPoolLatent`)."""
+"""Multi-head attention pooling (big_vision `MAPHead`, timm `AttentionPoolLatent`, transformers'
+`Aimv2AttentionPoolingHead`)."""
 
 import keras
 from keras import ops
@@ -16,17 +17,20 @@ class MAPHead(keras.layers.Layer):
     `(batch, tokens)` mask is True (NaFlex's padding left out); `call(tokens, segments=member)`
     pools each of the `(batch, images, tokens)` boolean `member` rows on its own: `(batch,
     images, dim)`, one vector per image packed in the sequence (`keras_vit.packing`; an empty
-    row pools all the tokens)."""
+    row pools all the tokens). `form="aimv2"`: the probe is the query itself (no `query`
+    projection) and `y` is returned as it is (no LayerNorm, no MLP)."""
 
-    def __init__(self, num_heads, mlp_dim, approximate_gelu=True, layer_norm_epsilon=1e-6, **kwargs):
+    def __init__(self, num_heads, mlp_dim, approximate_gelu=True, layer_norm_epsilon=1e-6, form="big_vision", **kwargs):
         super().__init__(**kwargs)
+        self.form = form
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.approximate_gelu = bool(approximate_gelu)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         policy = self.dtype_policy
-        self.ln = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln", dtype=policy)
-        self.mlp = MLPBlock(mlp_dim, approximate_gelu=approximate_gelu, name="mlp", dtype=policy)
+        if form != "aimv2":
+            self.ln = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="ln", dtype=policy)
+            self.mlp = MLPBlock(mlp_dim, approximate_gelu=approximate_gelu, name="mlp", dtype=policy)
 
     def build(self, tokens_shape, valid_shape=None, segments_shape=None):
         input_shape = tokens_shape
@@ -36,18 +40,24 @@ class MAPHead(keras.layers.Layer):
         self.probe = self.add_weight(
             name="probe", shape=(1, 1, dim), initializer=keras.initializers.GlorotUniform()
         )
-        for name in ("query", "key", "value", "out"):
+        for name in ("key", "value", "out") if self.form == "aimv2" else ("query", "key", "value", "out"):
             layer = Linear(dim, kernel_initializer=keras.initializers.GlorotUniform(), name=name, dtype=self.dtype_policy)
             layer.build(input_shape)
             setattr(self, name, layer)
-        self.ln.build((None, 1, dim))
-        self.mlp.build((None, 1, dim))
+        if self.form != "aimv2":
+            self.ln.build((None, 1, dim))
+            self.mlp.build((None, 1, dim))
+
+    def _finish(self, pooled):
+        """`y + MLP(LayerNorm(y))` of the attention's output `y` (big_vision), or `y` (AIMv2)."""
+        return pooled if self.form == "aimv2" else pooled + run(self.mlp, run(self.ln, pooled))
 
     def call(self, tokens, valid=None, segments=None):
         batch, n, dim = ops.shape(tokens)[0], ops.shape(tokens)[1], ops.shape(tokens)[-1]
         heads = self.num_heads
         head_dim = dim // heads
-        q = ops.reshape(run(self.query, ops.cast(self.probe, tokens.dtype)), (1, heads, head_dim))
+        probe = ops.cast(self.probe, tokens.dtype)
+        q = ops.reshape(probe if self.form == "aimv2" else run(self.query, probe), (1, heads, head_dim))
         k = ops.reshape(run(self.key, tokens), (batch, n, heads, head_dim))
         v = ops.reshape(run(self.value, tokens), (batch, n, heads, head_dim))
         logits = ops.einsum("hd,bkhd->bhk", q[0] * ops.cast(head_dim**-0.5, q.dtype), k)
@@ -57,8 +67,7 @@ class MAPHead(keras.layers.Layer):
         if valid is not None:
             logits = ops.where(ops.cast(valid[:, None, :], "bool"), logits, float("-inf"))
         weights = ops.cast(ops.softmax(logits, axis=-1), v.dtype)
-        pooled = run(self.out, ops.reshape(ops.einsum("bhk,bkhd->bhd", weights, v), (batch, dim)))
-        return pooled + run(self.mlp, run(self.ln, pooled))
+        return self._finish(run(self.out, ops.reshape(ops.einsum("bhk,bkhd->bhd", weights, v), (batch, dim))))
 
     def _pool_segments(self, logits, v, segments):
         segments = ops.cast(segments, "bool")
@@ -67,8 +76,7 @@ class MAPHead(keras.layers.Layer):
         weights = ops.cast(ops.softmax(logits, axis=-1), v.dtype)
         pooled = ops.einsum("bhsk,bkhd->bshd", weights, v)
         shape = ops.shape(pooled)
-        pooled = run(self.out, ops.reshape(pooled, (shape[0], shape[1], shape[2] * shape[3])))
-        return pooled + run(self.mlp, run(self.ln, pooled))
+        return self._finish(run(self.out, ops.reshape(pooled, (shape[0], shape[1], shape[2] * shape[3]))))
 
     def compute_output_shape(self, tokens_shape, valid_shape=None, segments_shape=None):
         if segments_shape is not None:
@@ -82,4 +90,5 @@ class MAPHead(keras.layers.Layer):
             "mlp_dim": self.mlp_dim,
             "approximate_gelu": self.approximate_gelu,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "form": self.form,
         }

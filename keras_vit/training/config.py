@@ -8,6 +8,7 @@ import dataclasses
 import importlib.util
 import math
 import os
+import typing
 from typing import Optional, Union
 
 from keras_vit import fields
@@ -15,7 +16,7 @@ from keras_vit.fields import option
 from keras_vit.limits import MAX_PIXELS
 from keras_vit.naflex import check_seq_lens
 from keras_vit.lora.targets import LORA_TARGETS, parse_lora_targets  # noqa: F401  (part of this module's interface)
-from keras_vit.model_config import DEPTHS, SIZES
+from keras_vit.model_config import DEPTHS, SIZES, ViTConfig
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
@@ -76,8 +77,8 @@ def _is_utf8(path):
 
 
 @dataclasses.dataclass
-class TrainConfig:
-    """Everything a training run needs (`keras-vit train --help` lists each field)."""
+class _TrainFields:
+    """The fields declared here; `TrainConfig` adds the model options of `MODEL_OPTIONS`."""
 
     data: str = option(
         "digits", "'digits', a tensorflow-datasets name (cifar10, imagenet2012, ...), an image folder "
@@ -251,6 +252,7 @@ class TrainConfig:
                              "choose another folder name, or set tensorboard=false.")
         if self.naflex_seq_lens:
             self._check_naflex()
+        self._check_model_options()
         if self.batch_size % self.accumulation_steps:
             raise ValueError(
                 f"batch_size={self.batch_size} (per optimizer step) must be divisible by "
@@ -286,6 +288,16 @@ class TrainConfig:
         arch.update({key: getattr(self, key) for key in ARCHITECTURE_KEYS if getattr(self, key) is not None})
         return {**arch, "class_token": self.class_token}
 
+    def model_options(self):
+        """The builder options of `MODEL_OPTIONS` this run sets (the others: the variant's or the weights' own)."""
+        return {name: getattr(self, name) for name in MODEL_OPTIONS if getattr(self, name) is not None}
+
+    def _check_model_options(self):
+        """Raises the builder's one-line ValueError for a combination it refuses (e.g. patch_drop_rate with rope)."""
+        if self.model_options():
+            naflex = {"naflex": True, "class_token": False} if self.naflex_seq_lens else {}
+            ViTConfig(**{**self.architecture(), **naflex}, pooling=self.pooling, **self.model_options())
+
     def replace(self, **overrides):
         """A copy with `overrides` (field names) applied and validated."""
         known = [field.name for field in dataclasses.fields(self)]
@@ -307,6 +319,31 @@ class TrainConfig:
 
     def to_dict(self):
         return dataclasses.asdict(self)
+
+
+# The builder options a run may set (`--qk-norm true`, `--set norm=rmsnorm`), each declared once in
+# `model_config.ViTConfig`: a field here has its help, accepted values and check, and defaults to None
+# (not set: the variant's, or the weights' own when fine-tuning).
+MODEL_OPTIONS = ("qk_norm", "norm", "qkv_bias", "proj_bias", "mlp_bias", "key_bias", "mlp", "layer_scale_init",
+                 "patch_drop_rate", "patch_norm", "position_embedding", "sincos_form")
+
+
+def _model_option(declared, kind):
+    """`(name, type, field)` of the training field of the `ViTConfig` field `declared` of type `kind`."""
+    meta = declared.metadata
+    field = option(None, f"{meta['help']} (none: the model's own)", group=MODEL, choices=meta["choices"],
+                   interval=meta["interval"], metavar=meta["metavar"], check=meta["check"])
+    return declared.name, Optional[kind], field
+
+
+_HINTS = typing.get_type_hints(ViTConfig)
+TrainConfig = dataclasses.make_dataclass(
+    "TrainConfig",
+    [_model_option(f, _HINTS[f.name]) for f in dataclasses.fields(ViTConfig) if f.name in MODEL_OPTIONS],
+    bases=(_TrainFields,),
+    namespace={"__doc__": "Everything a training run needs (`keras-vit train --help` lists each field).",
+               "__module__": __name__},
+)
 
 
 def parse_value(key, text):

@@ -129,6 +129,7 @@ def build_vit(config, **head):
         name=f"vit_{config.recipe}",
         preprocessing="vit",  # the input pipeline scales to [-1, 1], whatever the weights' own scaling
         **({"naflex": True} if config.naflex_seq_lens else {}),
+        **config.model_options(),
         **head,
     )
 

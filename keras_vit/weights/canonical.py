@@ -9,7 +9,7 @@ from typing import Optional
 
 from keras_vit import limits
 from keras_vit.interpolation import INTERPOLATIONS
-from keras_vit.model_config import ROPE_FORMS
+from keras_vit.model_config import ROPE_FORMS, SINCOS_FORMS
 from keras_vit.patch_grid import grid_size_of
 from keras_vit.variants import VARIANTS
 from keras_vit.weights import stems
@@ -33,6 +33,8 @@ LAYER_SCALE = (BLOCK + "LayerScale_1/scale", BLOCK + "LayerScale_3/scale")
 QK_NORM = tuple(ATTN + f"{n}_norm/" for n in ("query", "key"))
 # RoPE-Mixed's learned rotary frequencies `(fx, fy)` of each block, `(2, heads, head_dim // 2)`.
 ROPE_FREQS = ATTN + "rope_frequencies"
+# AIMv2's norm of the patch embeddings (`patch_norm`): `scale`, and `bias` for a LayerNorm.
+EMBEDDING_NORM = "embedding_norm/"
 MAP = "MAPHead_0/"
 MAP_ATTN = MAP + "MultiHeadDotProductAttention_0/"
 MAP_KEYS = (
@@ -56,7 +58,8 @@ class Metadata:
     `rope_theta`: the period of its rotary position embeddings (rope models only); `key_bias`:
     False where its attention keys have no bias (DINOv3); `naflex`: True for a NaFlex model
     (patches, spatial shapes and mask in; SigLIP 2); `rope_form`: the rotary form
-    (`keras_vit.layers.rope.FORMS`) where it is not DINOv3's."""
+    (`keras_vit.layers.rope.FORMS`) where it is not DINOv3's; `sincos_form`: the frequencies of
+    its fixed sin-cos embeddings (`ViTConfig.sincos_form`) where they are not big_vision's."""
 
     approximate_gelu: Optional[bool] = None
     num_heads: Optional[int] = None
@@ -69,6 +72,7 @@ class Metadata:
     key_bias: Optional[bool] = None
     naflex: Optional[bool] = None
     rope_form: Optional[str] = None
+    sincos_form: Optional[str] = None
 
 
 def _is_count(value):
@@ -99,6 +103,8 @@ def check_metadata(meta, path):
         problems.append(f"rope_theta={theta!r} (expected a finite number > 0)")
     if meta.rope_form not in (None, *ROPE_FORMS):
         problems.append(f"rope_form={meta.rope_form!r} (expected one of {ROPE_FORMS})")
+    if meta.sincos_form not in (None, *SINCOS_FORMS):
+        problems.append(f"sincos_form={meta.sincos_form!r} (expected one of {SINCOS_FORMS})")
     if meta.pooling not in (None, "token", "avg"):
         problems.append(f"pooling={meta.pooling!r} (expected 'token' or 'avg')")
     if meta.interpolation is not None and meta.interpolation not in INTERPOLATIONS:
@@ -133,6 +139,7 @@ class Checkpoint:
     key_bias: bool = None
     naflex: bool = None
     rope_form: str = None
+    sincos_form: str = None
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None
@@ -201,6 +208,16 @@ class Checkpoint:
         return FC_NORM[0] in self.tensors
 
     @property
+    def patch_norm(self):
+        return EMBEDDING_NORM + "scale" in self.tensors
+
+    @property
+    def map_head(self):
+        """"aimv2" where the MAP head's probe is its query (no query projection), else "big_vision"."""
+        aimv2 = MAP + "probe" in self.tensors and MAP_ATTN + "query/kernel" not in self.tensors
+        return "aimv2" if aimv2 else "big_vision"
+
+    @property
     def position_prefix(self):
         """Rows of the position embedding before the patches' (class, distillation token)."""
         return int(self.class_token) + int(self.distillation_token)
@@ -256,7 +273,8 @@ class Checkpoint:
         width, heads, mlp = self.hidden_dim, self.num_heads, self.mlp_dim
         logits_in = self.representation_size or width
         hidden = 2 * mlp if self.mlp == "swiglu" else mlp  # SwiGLU packs gate and value in Dense_0
-        shapes = {"cls": (1, 1, width), DIST: (1, 1, width), "embedding/bias": (width,)}
+        shapes = {"cls": (1, 1, width), DIST: (1, 1, width), "embedding/bias": (width,),
+                  EMBEDDING_NORM + "scale": (width,), EMBEDDING_NORM + "bias": (width,)}
         if REG in self.tensors:
             shapes[REG] = (1, self.num_registers, width)
         shapes.update({key: (width,) for key in ("Transformer/encoder_norm/scale", "Transformer/encoder_norm/bias", *FC_NORM)})
@@ -356,6 +374,9 @@ class Checkpoint:
             **({"key_bias": False} if self.key_bias is False else {}),
             **({"naflex": True} if self.naflex else {}),
             **({"rope_form": self.rope_form} if self.rope_form not in (None, "dinov3") else {}),
+            patch_norm=self.patch_norm,
+            map_head=self.map_head,
+            sincos_form=self.sincos_form or "big_vision",
         )
 
 

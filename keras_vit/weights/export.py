@@ -11,7 +11,7 @@ import numpy as np
 from keras_vit.files import check_space, check_target, one_line_errors
 from keras_vit.weights import containers, formats, variables
 from keras_vit.weights.canonical import Checkpoint
-from keras_vit.weights.formats.base import BLOCK_OPTIONS
+from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.reading import weights_checkpoint
 
@@ -48,6 +48,7 @@ def model_checkpoint(model):
         attention.rope_theta if rope else None, attention.key_bias,
         type(model.get_layer("posembed_input")).__name__ == "NaFlexPositionEmbedding",
         attention.rope_form if rope else None,
+        getattr(model.get_layer("posembed_input"), "form", None) if not rope else None,
     )
 
 
@@ -99,7 +100,7 @@ def _check_block_options(fmt, ckpt):
     from keras_vit.model_config import ViTConfig
 
     architecture = ckpt.architecture()
-    used = [f"{name}={architecture[name]!r}" for name in BLOCK_OPTIONS
+    used = [f"{name}={architecture[name]!r}" for name in BLOCK_OPTIONS + AIMV2_OPTIONS
             if architecture[name] != ViTConfig.__dataclass_fields__[name].default and name not in fmt.block_options]
     if used:
         able = ", ".join(f.option for f in formats.FORMATS if f.write and f.block_options)

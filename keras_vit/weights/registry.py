@@ -1,6 +1,6 @@
 """Named pretrained checkpoints, as data.
 
-Three families per model, all Apache-2.0 (of the families below, DINOv3 is under Meta's DINOv3 License):
+Three families per model, all Apache-2.0 (of the families below, DINOv3 is under Meta's DINOv3 License, AIMv2 under Apple's AMLR):
 
 - "orig_*": the paper's files from the public `vit_models` bucket (Flax `.npz`): ImageNet-21k
   pre-training (224 px, 21843 classes, with the tanh `pre_logits` layer and an all-zero head)
@@ -29,7 +29,9 @@ plain (under `ViTTi16` / `ViTS16` / `ViTB16`: the same shapes as the paper's, th
 DeiT's preprocessing), DINOv2 with and without registers (`DINOv2*14`; the builders take the `reg4` files'
 4 registers from the file), DINOv3 (`DINOv3*16`: timm's copies, `formats.dinov3`, under Meta's DINOv3
 License, not Apache-2.0), Naver's RoPE-ViT axial and mixed ImageNet-1k classifiers (`RoPE*ViT*16`: timm's
-`vit_*_patch16_rope[_mixed]_224.naver_in1k`, `formats.rope_vit`) and SigLIP image towers (the `vision_model` of a `SiglipModel` file). Each
+`vit_*_patch16_rope[_mixed]_224.naver_in1k`, `formats.rope_vit`), SigLIP image towers (the `vision_model` of a `SiglipModel` file)
+and Apple's AIMv2 image towers (`AIMv2*14`: `apple/aimv2-*` `Aimv2VisionModel` folders, `formats.hf_aimv2`, under
+Apple's AMLR licence, not Apache-2.0). Each
 entry names its preprocessing (`keras_vit.preprocessing`), which the model built on it takes.
 
 sha256 and size are recorded where known; none could be downloaded when this table was
@@ -196,6 +198,13 @@ ENTRIES = [
       for entry in _family(variant, "siglip2", res, None, f"google/siglip2-{repo}-patch16-{res}", url=_GOOGLE)),
     *(entry for res in (256, 384)
       for entry in _family("SigLIPG16", "siglip2", res, None, f"google/siglip2-giant-opt-patch16-{res}", url=_GOOGLE)),
+    # AIMv2 image towers (`Aimv2VisionModel` folders), under Apple's AMLR licence (research use).
+    *(entry for variant, size in (("AIMv2L14", "large"), ("AIMv2H14", "huge"), ("AIMv21B14", "1B"), ("AIMv23B14", "3B"))
+      for res in (224, 336, 448)
+      for entry in _family(variant, "aimv2", res, None, f"apple/aimv2-{size}-patch14-{res}", url=_GOOGLE,
+                           license="apple-amlr")),
+    *_family("AIMv2L14Native", "aimv2", 224, None, "apple/aimv2-large-patch14-native", url=_GOOGLE,
+             license="apple-amlr"),
 ]
 
 ALIASES = {
@@ -265,7 +274,7 @@ def entries(variant=None):
 
 # What tells the named models apart besides the five numbers (a DeiT-B/16 has ViT-B/16's).
 # Register tokens do not: DINOv2's `reg4` files are entries of the DINOv2 models.
-_OPTIONS = ("class_token", "distillation_token", "position_embedding", "rope_form", "mlp")
+_OPTIONS = ("class_token", "distillation_token", "position_embedding", "rope_form", "mlp", "patch_norm")
 
 
 def _signature(args):

@@ -5,7 +5,7 @@
 
 from keras_vit.weights import stems
 from keras_vit.weights.canonical import (
-    ATTN, BLOCK, DIST, FC_NORM, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QK_NORM, QKV, REG,
+    ATTN, BLOCK, DIST, EMBEDDING_NORM, FC_NORM, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QK_NORM, QKV, REG,
     ROPE_FREQS,
 )
 from keras_vit.weights.lazy import concat
@@ -104,6 +104,7 @@ TABLE = Table(
         *zip(HEAD_DIST, ("head_dist/kernel", "head_dist/bias")),
         optional=True,
     )
+    + _norm(EMBEDDING_NORM, "embedding_norm/", optional=True)
     + _norm(BLOCK + "LayerNorm_0/", BLOCK_PATH + "ln_1/")
     + (
         Row(tuple(ATTN + f"{n}/kernel" for n in QKV), BLOCK_PATH + "attention/qkv/kernel",

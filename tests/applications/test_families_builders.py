@@ -36,6 +36,10 @@ REFERENCES = {
     "SigLIPL16": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16, patch_size=16, image_size=256)),
     "SigLIPSo400m16": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, patch_size=16, image_size=256)),
     "SigLIPG16": ("SiglipVisionModel", "SiglipVisionConfig", dict(hidden_size=1536, intermediate_size=6144, num_hidden_layers=40, num_attention_heads=16, patch_size=16, image_size=256)),
+    # AIMv2: the towers without the attention-pooling head (the builders' default, include_top=False, no pooling).
+    **{name: ("Aimv2VisionModel", "Aimv2VisionConfig", dict(hidden_size=d, num_attention_heads=h, intermediate_size=m, use_head=False, is_native=name.endswith("Native")))
+       for name, d, h, m in (("AIMv2L14", 1024, 8, 2816), ("AIMv2H14", 1536, 12, 4096), ("AIMv21B14", 2048, 16, 5632),
+                             ("AIMv23B14", 3072, 24, 8192), ("AIMv2L14Native", 1024, 8, 2816))},
 }
 # Naver's RoPE-ViT: timm's key shapes (`eva.py`; timm is not installed) of width, depth, heads, mixed.
 ROPE_VIT = {f"RoPE{kind}ViT{size}16": (d, n, h, kind == "Mixed") for kind in ("", "Mixed")
@@ -50,6 +54,8 @@ PARAMETERS = {
     "RoPEMixedViTS16": 21_988_840, "RoPEMixedViTB16": 86_444_008, "RoPEMixedViTL16": 304_198_632,
     "SigLIPB16": 92_884_224, "SigLIPSo400m14": 427_680_704,
     "SigLIPL16": 315_956_224, "SigLIPSo400m16": 427_888_064, "SigLIPG16": 1_163_168_256,
+    "AIMv2L14": 309_197_824, "AIMv2H14": 680_851_968, "AIMv21B14": 1_234_958_336, "AIMv23B14": 2_720_658_432,
+    "AIMv2L14Native": 308_935_680,
 }
 
 

@@ -31,7 +31,8 @@ def test_family_entries_name_their_model_and_preprocessing():
     assert {e.variant for e in family} == {*FAMILIES, "ViTTi16", "ViTS16", "ViTB16"}
     for e in family:
         args = {**VARIANTS, **FAMILIES}[e.variant]
-        license = "dinov3-license" if e.variant.startswith("DINOv3") else "apache-2.0"
+        license = next((name for prefix, name in (("DINOv3", "dinov3-license"), ("AIMv2", "apple-amlr"))
+                        if e.variant.startswith(prefix)), "apache-2.0")
         assert e.resolution % args["patch_size"] == 0 and e.preprocessing in PREPROCESSING and e.license == license
         assert e.url.startswith("https://huggingface.co/") and e.url.endswith("/resolve/main/model.safetensors")
     assert registry.find("imagenet", "DeiTB16").name == "deit_base_distilled_patch16_224.fb_in1k"
@@ -48,6 +49,9 @@ def test_family_entries_name_their_model_and_preprocessing():
     giant = registry.find("siglip2-giant-opt-patch16-384")
     assert (giant.variant, giant.resolution, giant.preprocessing) == ("SigLIPG16", 384, "siglip2")
     assert registry.find("google/siglip2-so400m-patch14-384").variant == "SigLIPSo400m14"
+    aimv2 = registry.find("apple/aimv2-1B-patch14-448")
+    assert (aimv2.variant, aimv2.resolution, aimv2.preprocessing, aimv2.license) == ("AIMv21B14", 448, "aimv2", "apple-amlr")
+    assert registry.find("aimv2-large-patch14-native").variant == "AIMv2L14Native"
     assert "DeiTB16" in registry.weights_table("DeiTB16") and " deit " in registry.weights_table("DeiTB16")
 
 

@@ -31,6 +31,8 @@ from keras_vit.weights.table import Table
 
 # The builder options of issue 31 a checkpoint holds in its keys (`Checkpoint.architecture`).
 BLOCK_OPTIONS = ("qk_norm", "norm", "qkv_bias", "proj_bias", "mlp_bias")
+# AIMv2's options a checkpoint holds in its keys and metadata: the writers but keras's refuse them.
+AIMV2_OPTIONS = ("patch_norm", "sincos_form", "map_head")
 
 
 @dataclasses.dataclass(frozen=True)

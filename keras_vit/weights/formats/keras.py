@@ -8,13 +8,13 @@ import re
 
 from keras_vit.files import atomic_path
 from keras_vit.weights.canonical import Metadata
-from keras_vit.weights.formats.base import BLOCK_OPTIONS, Format
+from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, Format
 from keras_vit.weights.variables import NORM_VARIABLES, TABLE
 
 # The variable names of a layer, in storage order, by the layer's name.
 VARIABLES = {"class_token": ("cls",), "posembed_input": ("pos_embedding",), "ln_1": NORM_VARIABLES,
              "ln_2": NORM_VARIABLES, "encoder_norm": NORM_VARIABLES, "ls_1": ("gamma",), "ls_2": ("gamma",),
-             "attention": ("rope_frequencies",)}
+             "attention": ("rope_frequencies",), "embedding_norm": NORM_VARIABLES}
 _STORED = re.compile(r"(?P<layer>.*?)(?P<name>[^/]+)/vars/(?P<position>\d+)\Z")
 
 
@@ -55,6 +55,7 @@ def metadata(raw, tensors):
         layer_norm_epsilon=encoder.get("layer_norm_epsilon"),
         pooling=_layer_config(raw.meta.get("config"), "TokenPooling").get("mode"),
         interpolation=_layer_config(raw.meta.get("config"), "PositionEmbedding").get("interpolation"),
+        sincos_form=_layer_config(raw.meta.get("config"), "SinCosPositionEmbedding").get("form"),
     )
 
 
@@ -87,5 +88,5 @@ FORMAT = Format(
     metadata=metadata,
     write=write,
     suffixes=(".keras", ".weights.h5"),
-    block_options=BLOCK_OPTIONS,
+    block_options=BLOCK_OPTIONS + AIMV2_OPTIONS,
 )
