@@ -61,6 +61,9 @@ def naflex_inputs(images, model=None, max_num_patches=256, patch_size=None, prep
     antialiased) by `budget_size`, scaled by the model's preprocessing, patched and padded with
     zeros to `max_num_patches` (mask 0). `patch_size` / `preprocessing` default to the model's."""
     if model is not None:
+        if not hasattr(model, "get_layer"):
+            raise ValueError(f"naflex_inputs(images, model): model is a {type(model).__name__}, not a NaFlex model; "
+                             "without a model give patch_size= (and max_num_patches=).")
         patch_size = patch_size or model.get_layer("embedding").patch_size
         preprocessing = preprocessing or model.preprocessing
     if not patch_size:

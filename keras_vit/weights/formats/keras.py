@@ -14,12 +14,13 @@ from keras_vit.weights.variables import NORM_VARIABLES, TABLE
 # The variable names of a layer, in storage order, by the layer's name.
 VARIABLES = {"class_token": ("cls",), "posembed_input": ("pos_embedding",), "ln_1": NORM_VARIABLES,
              "ln_2": NORM_VARIABLES, "encoder_norm": NORM_VARIABLES, "ls_1": ("gamma",), "ls_2": ("gamma",),
-             "attention": ("rope_frequencies",), "embedding_norm": NORM_VARIABLES}
+             "attention": ("rope_frequencies",), "embedding_norm": NORM_VARIABLES,
+             "map_head": ("probe",), "ln": NORM_VARIABLES, "registers": ("tokens",)}
 _STORED = re.compile(r"(?P<layer>.*?)(?P<name>[^/]+)/vars/(?P<position>\d+)\Z")
 
 
 def detect(raw):
-    return raw.container in ("keras", "keras_h5") and "class_token/vars/0" in raw.tensors
+    return raw.container in ("keras", "keras_h5") and "embedding/vars/0" in raw.tensors
 
 
 def _variable_name(layer, position):
@@ -43,10 +44,29 @@ def _layer_config(config, class_name):
     return next((layer["config"] for layer in layers if layer.get("class_name") == class_name), {})
 
 
+def _grid(config):
+    """The patch grid of the model's fixed input size or NaFlex position table, or None (any
+    size, a stem)."""
+    naflex = _layer_config(config, "NaFlexPositionEmbedding").get("grid_size")
+    if naflex:
+        return tuple(naflex)
+    if _layer_config(config, "ResNetV2Stem"):
+        return None  # the table's size gives the grid
+    patch = _layer_config(config, "PatchEmbedding").get("patch_size")
+    shape = _layer_config(config, "InputLayer").get("batch_shape") or ()
+    sides = list(shape[1:3])
+    if not isinstance(patch, int) or len(sides) != 2 or not all(isinstance(n, int) and n > 0 for n in sides):
+        return None
+    return sides[0] // patch, sides[1] // patch
+
+
 def metadata(raw, tensors):
     encoder = _layer_config(raw.meta.get("config"), "Encoder")
     rope = bool(_layer_config(raw.meta.get("config"), "RopePositionEmbedding"))
+    naflex = bool(_layer_config(raw.meta.get("config"), "NaFlexPositionEmbedding"))
     return Metadata(
+        grid=_grid(raw.meta.get("config")),
+        naflex=naflex or None,
         rope_theta=encoder.get("rope_theta", 100.0) if rope else None,
         rope_form=encoder.get("rope_form") if rope else None,
         key_bias=encoder.get("key_bias"),

@@ -1,0 +1,41 @@
+"""`from_checkpoint` of keras_vit's own `.keras` files for the models without a class token:
+SigLIP's MAP head, registers, fixed sin-cos tables at their saved size, AIMv2's options, NaFlex."""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from tests.support.models import randomize
+
+TINY = dict(patch_size=8, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64, classes=3, class_token=False)
+AIMV2 = dict(pooling="map", map_head="aimv2", patch_norm=True, norm="rmsnorm", qkv_bias=False, proj_bias=False,
+             mlp_bias=False, mlp="swiglu", position_embedding="sincos2d", sincos_form="mae")
+CASES = {
+    "siglip_map": dict(pooling="map"),
+    "registers": dict(pooling="avg", num_registers=2),
+    "sincos_at_its_size": dict(pooling="avg", position_embedding="sincos2d"),
+    "aimv2": AIMV2,
+    "naflex": dict(pooling="map", naflex=True),
+}
+
+
+def _inputs(model, naflex):
+    rng = np.random.default_rng(0)
+    if naflex:
+        return keras_vit.naflex_inputs([rng.uniform(0, 255, (24, 40, 3)), rng.uniform(0, 255, (48, 16, 3))], model,
+                                       max_num_patches=20)
+    return rng.uniform(-1, 1, (2, 40, 24, 3)).astype("float32")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_class_token_free_keras_file_loads_with_from_checkpoint(case, tmp_path):
+    options = CASES[case]
+    model = randomize(keras_vit.VisionTransformer(**TINY, **options, input_shape=(40, 24, 3)))
+    path = str(tmp_path / f"{case}.keras")
+    model.save(path)
+    loaded = keras_vit.from_checkpoint(path)
+    x = _inputs(model, options.get("naflex"))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded.predict(x, verbose=0)),
+                               keras.ops.convert_to_numpy(model.predict(x, verbose=0)), atol=1e-6)
+    assert loaded.count_params() == model.count_params()
