@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import augment, pipeline
-from keras_vit.data.pipeline import AUTOTUNE, _labels, _options
+from keras_vit.data.pipeline import AUTOTUNE, as_labels, dataset_options
 from keras_vit.naflex import budget_size, check_seq_lens
 from keras_vit.preprocessing import preprocessing as preprocessing_of
 
@@ -144,10 +144,10 @@ def train_dataset(source, augmentation, batch_size, patch_size, *, seq_lens=SEQ_
                                     window_size_func=lambda batch: batch_plan(batch, seq_lens, batch_size, seed)[1])
 
     def finish(batch, inputs, labels):
-        return _inputs(*inputs), _labels(labels, num_classes, one_hot)
+        return _inputs(*inputs), as_labels(labels, num_classes, one_hot)
 
     stream = stream.map(finish, num_parallel_calls=AUTOTUNE)
-    return stream.prefetch(AUTOTUNE).with_options(_options(deterministic))
+    return stream.prefetch(AUTOTUNE).with_options(dataset_options(deterministic))
 
 
 def eval_dataset(source, batch_size, patch_size, seq_len, *, preprocessing="vit", one_hot=False,
@@ -165,5 +165,5 @@ def eval_dataset(source, batch_size, patch_size, seq_len, *, preprocessing="vit"
     ds = data.map(example, num_parallel_calls=AUTOTUNE)
     if source.decode is not None and on_corrupt == "skip":
         ds = ds.ignore_errors()
-    ds = ds.batch(batch_size).map(lambda inputs, labels: (_inputs(*inputs), _labels(labels, num_classes, one_hot)))
-    return ds.prefetch(AUTOTUNE).with_options(_options(True))
+    ds = ds.batch(batch_size).map(lambda inputs, labels: (_inputs(*inputs), as_labels(labels, num_classes, one_hot)))
+    return ds.prefetch(AUTOTUNE).with_options(dataset_options(True))
