@@ -11,6 +11,12 @@ can start at any batch (`start_batch`) as a resumed run needs. Per example: a ra
 resize of `keras_vit.naflex.budget_size`, scaling, patches in row-major order, padding.
 
 Evaluation: each whole image under the largest budget, in batches of `batch_size`.
+
+Packed (`packed`, the `naflex_pack` training option): each batch's images placed by first fit
+into sequences of the largest budget (`keras_vit.packing.pack`), for `packing.packed_model`;
+the labels become `(rows, images)` with a weight of 1 per image and 0 per empty place, so the
+weighted mean loss and metrics are the unpacked batch's. A map of each batch: the stream
+resumes as the unpacked one.
 """
 
 import numpy as np
@@ -19,6 +25,7 @@ import tensorflow as tf
 from keras_vit.data import augment, pipeline
 from keras_vit.data.pipeline import AUTOTUNE, as_labels, dataset_options
 from keras_vit.naflex import budget_size, check_seq_lens
+from keras_vit.packing import pack
 from keras_vit.preprocessing import preprocessing as preprocessing_of
 
 SEQ_LENS = (128, 256, 576, 784, 1024)  # timm's `train_seq_lens`
@@ -167,3 +174,28 @@ def eval_dataset(source, batch_size, patch_size, seq_len, *, preprocessing="vit"
         ds = ds.ignore_errors()
     ds = ds.batch(batch_size).map(lambda inputs, labels: (_inputs(*inputs), as_labels(labels, num_classes, one_hot)))
     return ds.prefetch(AUTOTUNE).with_options(dataset_options(True))
+
+
+def packed(dataset, seq_len):
+    """`dataset`'s `(naflex inputs, labels)` batches packed into rows of `seq_len` tokens:
+    `(packed inputs, labels (rows, images[, classes]), weights (rows, images))` (module docstring)."""
+
+    def pack_batch(patches, shapes, mask, labels):
+        inputs, index = pack({"patches": patches, "spatial_shapes": shapes, "mask": mask}, seq_len)
+        used = index >= 0
+        placed = labels[np.maximum(index, 0)]
+        placed[~used] = 0
+        return inputs["patches"], inputs["spatial_shapes"], inputs["segment_ids"], placed, used.astype(np.float32)
+
+    def finish(inputs, labels):
+        label_spec = dataset.element_spec[1]
+        values = tf.numpy_function(
+            pack_batch, [inputs["patches"], inputs["spatial_shapes"], inputs["mask"], labels],
+            [tf.float32, tf.int32, tf.int32, label_spec.dtype, tf.float32], stateful=False)
+        shapes = ([None, seq_len, inputs["patches"].shape[-1]], [None, None, 2], [None, seq_len],
+                  [None, None, *label_spec.shape[1:]], [None, None])
+        patches, spatial_shapes, segment_ids, labels, weights = (
+            tf.ensure_shape(value, shape) for value, shape in zip(values, shapes))
+        return {"patches": patches, "spatial_shapes": spatial_shapes, "segment_ids": segment_ids}, labels, weights
+
+    return dataset.map(finish, num_parallel_calls=AUTOTUNE)
