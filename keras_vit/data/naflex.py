@@ -13,7 +13,8 @@ resize of `keras_vit.naflex.budget_size`, scaling, patches in row-major order, p
 Evaluation: each whole image under the largest budget, in batches of `batch_size`.
 
 Packed (`packed`, the `naflex_pack` training option): each batch's images placed by first fit
-into sequences of the largest budget (`keras_vit.packing.pack`), for `packing.packed_model`;
+into sequences of the batch's budget (`keras_vit.packing.pack`; never more sequences than
+images), for `packing.packed_model`;
 the labels become `(rows, images)` with a weight of 1 per image and 0 per empty place, so the
 weighted mean loss and metrics are the unpacked batch's. A map of each batch: the stream
 resumes as the unpacked one.
@@ -176,12 +177,12 @@ def eval_dataset(source, batch_size, patch_size, seq_len, *, preprocessing="vit"
     return ds.prefetch(AUTOTUNE).with_options(dataset_options(True))
 
 
-def packed(dataset, seq_len):
-    """`dataset`'s `(naflex inputs, labels)` batches packed into rows of `seq_len` tokens:
+def packed(dataset):
+    """`dataset`'s `(naflex inputs, labels)` batches packed into rows of their own length:
     `(packed inputs, labels (rows, images[, classes]), weights (rows, images))` (module docstring)."""
 
     def pack_batch(patches, shapes, mask, labels):
-        inputs, index = pack({"patches": patches, "spatial_shapes": shapes, "mask": mask}, seq_len)
+        inputs, index = pack({"patches": patches, "spatial_shapes": shapes, "mask": mask})
         used = index >= 0
         placed = labels[np.maximum(index, 0)]
         placed[~used] = 0
@@ -192,7 +193,7 @@ def packed(dataset, seq_len):
         values = tf.numpy_function(
             pack_batch, [inputs["patches"], inputs["spatial_shapes"], inputs["mask"], labels],
             [tf.float32, tf.int32, tf.int32, label_spec.dtype, tf.float32], stateful=False)
-        shapes = ([None, seq_len, inputs["patches"].shape[-1]], [None, None, 2], [None, seq_len],
+        shapes = ([None, None, inputs["patches"].shape[-1]], [None, None, 2], [None, None],
                   [None, None, *label_spec.shape[1:]], [None, None])
         patches, spatial_shapes, segment_ids, labels, weights = (
             tf.ensure_shape(value, shape) for value, shape in zip(values, shapes))

@@ -254,7 +254,7 @@ def naflex_streams(config, plan, source, augmentation, batch, setup):
     packed with `naflex_pack`."""
     patch = setup.model.get_layer("embedding").patch_size
     seq_lens = config.naflex_seq_lens
-    pack = (lambda dataset: naflex_pipeline.packed(dataset, max(seq_lens))) if config.naflex_pack else (lambda d: d)
+    pack = naflex_pipeline.packed if config.naflex_pack else (lambda batches: batches)
     val_ds = pack(naflex_pipeline.eval_dataset(source, batch, patch, max(seq_lens), one_hot=setup.one_hot,
                                                on_corrupt=config.on_corrupt))
 

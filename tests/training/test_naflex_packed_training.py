@@ -59,7 +59,7 @@ def _one_step(train_model, one_hot, *batch):
 def test_a_packed_step_equals_the_unpacked_step(pooling, one_hot):
     inputs, labels = _unpacked_batch(one_hot)
     dataset = tf.data.Dataset.from_tensors((inputs, labels))
-    packed, packed_labels, weights = next(iter(naflex_data.packed(dataset, SEQ_LEN)))
+    packed, packed_labels, weights = next(iter(naflex_data.packed(dataset)))
     assert len(packed["patches"]) < len(BUDGETS) and float(tf.reduce_min(weights)) == 0  # shared rows, empty places
     assert float(tf.reduce_sum(weights)) == len(BUDGETS)
 
@@ -78,8 +78,7 @@ def test_a_resumed_packed_stream_equals_the_whole_one():
 
     def batches(start, count):
         stream = naflex_data.packed(naflex_data.train_dataset(
-            source, Augmentation(16), BATCH, PATCH, seq_lens=SEQ_LENS, seed=5, start_batch=start, shuffle_buffer=4),
-            max(SEQ_LENS))
+            source, Augmentation(16), BATCH, PATCH, seq_lens=SEQ_LENS, seed=5, start_batch=start, shuffle_buffer=4))
         return [(x["patches"].numpy(), x["segment_ids"].numpy(), y.numpy(), w.numpy()) for x, y, w in stream.take(count)]
 
     whole, resumed = batches(0, 6), batches(4, 2)
