@@ -138,7 +138,7 @@ class TrainConfig:
         group=MODEL, metavar="N,N,...", check=check_seq_lens)
     naflex_pack: bool = option(
         False, "with naflex_seq_lens: pack each training and validation batch, its images by first fit into "
-        "sequences of the largest budget with attention within each image and one loss term per image (less "
+        "sequences of its budget with attention within each image and one loss term per image (less "
         "padding; the saved model is the plain NaFlex model)", group=MODEL)
     representation_size: Optional[int] = option(
         None, "width of a tanh pre-logits layer (pre-training), none for a linear head", group=MODEL,
