@@ -17,25 +17,15 @@ from keras_vit.training import recipe, train
 from keras_vit.training.config import TrainConfig
 from keras_vit.training.trainer import loss_and_metrics
 from tests.support.commands import fails
-from tests.training.test_naflex_data import BATCH, PATCH, SEQ_LENS, TINY, _images, _source
+from tests.support.naflex import BATCH, PATCH, SEQ_LENS, TINY, budget_batch, mixed_images, mixed_source
 
 SEQ_LEN, CLASSES = 16, 5
 BUDGETS = (4, 6, 9, 16, 3, 7, 2, 5)  # most images fill fewer than SEQ_LEN patches
 
 
 def _unpacked_batch(one_hot):
-    rng = np.random.default_rng(0)
-    parts = [keras_vit.naflex_inputs([rng.uniform(0, 255, (int(rng.integers(4, 50)), int(rng.integers(4, 50)), 3))],
-                                     max_num_patches=budget, patch_size=PATCH, preprocessing="vit")
-             for budget in BUDGETS]
-    inputs = {"patches": np.zeros((len(BUDGETS), SEQ_LEN, PATCH * PATCH * 3), np.float32),
-              "spatial_shapes": np.concatenate([p["spatial_shapes"] for p in parts]),
-              "mask": np.zeros((len(BUDGETS), SEQ_LEN), np.int32)}
-    for i, part in enumerate(parts):
-        n = part["patches"].shape[1]
-        inputs["patches"][i, :n], inputs["mask"][i, :n] = part["patches"][0], part["mask"][0]
-    labels = rng.integers(0, CLASSES, len(BUDGETS)).astype(np.int32)
-    return inputs, np.eye(CLASSES, dtype=np.float32)[labels] if one_hot else labels
+    labels = np.random.default_rng(1).integers(0, CLASSES, len(BUDGETS)).astype(np.int32)
+    return budget_batch(BUDGETS, SEQ_LEN), np.eye(CLASSES, dtype=np.float32)[labels] if one_hot else labels
 
 
 def _model(pooling):
@@ -74,7 +64,7 @@ def test_a_packed_step_equals_the_unpacked_step(pooling, one_hot):
 
 
 def test_a_resumed_packed_stream_equals_the_whole_one():
-    source = _source(_images())
+    source = mixed_source(mixed_images())
 
     def batches(start, count):
         stream = naflex_data.packed(naflex_data.train_dataset(
