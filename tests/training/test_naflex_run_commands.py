@@ -27,7 +27,7 @@ def run_model(tmp_path_factory):
                                         class_token=False, pooling="avg", naflex=True, input_shape=(8, 8, 3),
                                         classes=10, classifier_activation="softmax", preprocessing="vit")
     head = model.get_layer("head")
-    head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape).astype("float32") * 3)
+    head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape).astype("float32") * 0.5)
     model.save(run_dir / "final.keras")
     (run_dir / "config.json").write_text(json.dumps({"data": "digits", "naflex_seq_lens": SEQ_LENS, "seed": 0}))
     (run_dir / "classes.json").write_text(json.dumps({"class_names": [str(i) for i in range(10)], "image_size": 8}))
@@ -42,10 +42,14 @@ def test_evaluate_feeds_each_image_under_the_runs_budget(run_model, capsys):
     path, model = run_model
     pairs = list(recorded_source(str(path)).validation.as_numpy_iterator())
     images, labels = [image for image, _ in pairs], np.array([label for _, label in pairs])
-    probabilities = _probabilities(model, images, max(SEQ_LENS))
-    top1 = np.mean(probabilities.argmax(axis=1) == labels)
-    loss = -np.mean(np.log(np.clip(probabilities[np.arange(len(labels)), labels], 1e-7, 1)))  # Keras' epsilon
-    assert abs(np.mean(_probabilities(model, images, 16).argmax(axis=1) == labels) - top1) > 1e-3  # budget matters
+
+    def top1_and_loss(budget):
+        probabilities = _probabilities(model, images, budget)
+        picked = probabilities[np.arange(len(labels)), labels]
+        return np.mean(probabilities.argmax(axis=1) == labels), -np.mean(np.log(picked))
+
+    top1, loss = top1_and_loss(max(SEQ_LENS))
+    assert abs(top1_and_loss(16)[1] - loss) > 1e-2  # the budget matters
     assert main(["evaluate", str(path)]) == 0
     found = re.search(r"on 359 validation examples: top-1 (\S+), top-5 \S+, loss (\S+)", capsys.readouterr().out)
     assert found, "no result line"
