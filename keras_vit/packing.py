@@ -13,6 +13,7 @@ back in the order of the images. Images are placed by first fit in the order giv
 import keras
 import numpy as np
 
+from keras_vit.heads import ends_with_softmax
 from keras_vit.layers.naflex import segment_membership
 
 PACKED_LAYERS = ("fc_norm", "pre_logits", "head", "predictions")  # after the pooling, where the model has them
@@ -70,9 +71,10 @@ def unpack(outputs, index):
     return result
 
 
-def packed_model(model):
+def packed_model(model, logits=False):
     """A model on packed batches (see the module docstring) sharing every layer and weight of
-    the NaFlex `model` (`naflex=True`); its outputs are `(rows, images, ...)`."""
+    the NaFlex `model` (`naflex=True`); its outputs are `(rows, images, ...)`. With `logits`,
+    a final softmax is left out and the outputs are float32 (a training loss from logits)."""
     if not (isinstance(model.input, dict) and "spatial_shapes" in model.input):
         raise ValueError(f"packed_model needs a NaFlex model (naflex=True); {model.name!r} takes images.")
     names = {layer.name for layer in model.layers}
@@ -94,6 +96,8 @@ def packed_model(model):
         )([inputs["spatial_shapes"], ids])
         outputs = model.get_layer(pooling)(outputs, segments=members)
         for name in PACKED_LAYERS:
-            if name in names:
+            if name in names and not (logits and name == model.layers[-1].name and ends_with_softmax(model)):
                 outputs = model.get_layer(name)(outputs)
+    if logits:
+        outputs = keras.layers.Activation("linear", dtype="float32", name="logits")(outputs)
     return keras.Model(inputs, outputs, name=f"{model.name}_packed")

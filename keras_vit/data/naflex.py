@@ -11,14 +11,22 @@ can start at any batch (`start_batch`) as a resumed run needs. Per example: a ra
 resize of `keras_vit.naflex.budget_size`, scaling, patches in row-major order, padding.
 
 Evaluation: each whole image under the largest budget, in batches of `batch_size`.
+
+Packed (`packed`, the `naflex_pack` training option): each batch's images placed by first fit
+into sequences of the batch's budget (`keras_vit.packing.pack`; never more sequences than
+images), for `packing.packed_model`;
+the labels become `(rows, images)` with a weight of 1 per image and 0 per empty place, so the
+weighted mean loss and metrics are the unpacked batch's. A map of each batch: the stream
+resumes as the unpacked one.
 """
 
 import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import augment, pipeline
-from keras_vit.data.pipeline import AUTOTUNE, _labels, _options
+from keras_vit.data.pipeline import AUTOTUNE, as_labels, dataset_options
 from keras_vit.naflex import budget_size, check_seq_lens
+from keras_vit.packing import pack
 from keras_vit.preprocessing import preprocessing as preprocessing_of
 
 SEQ_LENS = (128, 256, 576, 784, 1024)  # timm's `train_seq_lens`
@@ -144,10 +152,10 @@ def train_dataset(source, augmentation, batch_size, patch_size, *, seq_lens=SEQ_
                                     window_size_func=lambda batch: batch_plan(batch, seq_lens, batch_size, seed)[1])
 
     def finish(batch, inputs, labels):
-        return _inputs(*inputs), _labels(labels, num_classes, one_hot)
+        return _inputs(*inputs), as_labels(labels, num_classes, one_hot)
 
     stream = stream.map(finish, num_parallel_calls=AUTOTUNE)
-    return stream.prefetch(AUTOTUNE).with_options(_options(deterministic))
+    return stream.prefetch(AUTOTUNE).with_options(dataset_options(deterministic))
 
 
 def eval_dataset(source, batch_size, patch_size, seq_len, *, preprocessing="vit", one_hot=False,
@@ -165,5 +173,30 @@ def eval_dataset(source, batch_size, patch_size, seq_len, *, preprocessing="vit"
     ds = data.map(example, num_parallel_calls=AUTOTUNE)
     if source.decode is not None and on_corrupt == "skip":
         ds = ds.ignore_errors()
-    ds = ds.batch(batch_size).map(lambda inputs, labels: (_inputs(*inputs), _labels(labels, num_classes, one_hot)))
-    return ds.prefetch(AUTOTUNE).with_options(_options(True))
+    ds = ds.batch(batch_size).map(lambda inputs, labels: (_inputs(*inputs), as_labels(labels, num_classes, one_hot)))
+    return ds.prefetch(AUTOTUNE).with_options(dataset_options(True))
+
+
+def packed(dataset):
+    """`dataset`'s `(naflex inputs, labels)` batches packed into rows of their own length:
+    `(packed inputs, labels (rows, images[, classes]), weights (rows, images))` (module docstring)."""
+
+    def pack_batch(patches, shapes, mask, labels):
+        inputs, index = pack({"patches": patches, "spatial_shapes": shapes, "mask": mask})
+        used = index >= 0
+        placed = labels[np.maximum(index, 0)]
+        placed[~used] = 0
+        return inputs["patches"], inputs["spatial_shapes"], inputs["segment_ids"], placed, used.astype(np.float32)
+
+    def finish(inputs, labels):
+        label_spec = dataset.element_spec[1]
+        values = tf.numpy_function(
+            pack_batch, [inputs["patches"], inputs["spatial_shapes"], inputs["mask"], labels],
+            [tf.float32, tf.int32, tf.int32, label_spec.dtype, tf.float32], stateful=False)
+        shapes = ([None, None, inputs["patches"].shape[-1]], [None, None, 2], [None, None],
+                  [None, None, *label_spec.shape[1:]], [None, None])
+        patches, spatial_shapes, segment_ids, labels, weights = (
+            tf.ensure_shape(value, shape) for value, shape in zip(values, shapes))
+        return {"patches": patches, "spatial_shapes": spatial_shapes, "segment_ids": segment_ids}, labels, weights
+
+    return dataset.map(finish, num_parallel_calls=AUTOTUNE)

@@ -50,14 +50,16 @@ class Augmentation:
         return self.mixup > 0 or self.cutmix > 0
 
 
-def _options(deterministic):
+def dataset_options(deterministic):
+    """The `tf.data.Options` of keras_vit's pipelines (parallel maps; order kept if `deterministic`)."""
     options = tf.data.Options()
     options.deterministic = bool(deterministic)
     options.experimental_optimization.map_parallelization = True
     return options
 
 
-def _labels(labels, num_classes, one_hot):
+def as_labels(labels, num_classes, one_hot):
+    """Class indices as int32, or as float32 one-hot vectors."""
     labels = tf.cast(labels, tf.int32)
     return tf.one_hot(labels, num_classes, dtype=tf.float32) if one_hot else labels
 
@@ -145,7 +147,7 @@ def train_dataset(
     num_classes, size = source.num_classes, aug.image_size
 
     def finish(images, labels, positions):
-        labels = _labels(labels, num_classes, one_hot or aug.mixes_labels)
+        labels = as_labels(labels, num_classes, one_hot or aug.mixes_labels)
         if not on_step:
             return augment.scale_to_unit(images), labels
         # keyed by the batch's first example: reproducible and resumable like the examples
@@ -154,7 +156,7 @@ def train_dataset(
         return (images if table is None else (images, table)), labels
 
     stream = stream.map(finish, num_parallel_calls=AUTOTUNE)
-    return stream.prefetch(AUTOTUNE).with_options(_options(deterministic))
+    return stream.prefetch(AUTOTUNE).with_options(dataset_options(deterministic))
 
 
 def eval_dataset(
@@ -205,7 +207,7 @@ def eval_dataset(
         ds = ds.batch(batch_size)
 
     def finish(images, labels, *weights):
-        return (augment.scale_to_unit(images), _labels(labels, num_classes, one_hot), *weights)
+        return (augment.scale_to_unit(images), as_labels(labels, num_classes, one_hot), *weights)
 
     ds = ds.map(finish, num_parallel_calls=AUTOTUNE)
-    return ds.prefetch(AUTOTUNE).with_options(_options(True))
+    return ds.prefetch(AUTOTUNE).with_options(dataset_options(True))

@@ -7,6 +7,7 @@ import keras
 import numpy as np
 
 from keras_vit.heads import ends_with_softmax
+from keras_vit.inspect.model_parts import is_naflex
 from keras_vit.run_folder import load_model, metadata
 
 
@@ -16,6 +17,20 @@ def square_size(model):
     if height is None or height != width:
         raise ValueError(f"The model takes {model.inputs[0].shape[1:]} images; a fixed square size is needed.")
     return int(height)
+
+def naflex_budget(model, model_path=None):
+    """The patch budget of a NaFlex `model`'s images: the largest `naflex_seq_lens` of the run
+    that saved the file `model_path` (its config.json), as its validation used, else the
+    patches of the model's position table."""
+    from keras_vit.inspect.model_parts import position_layer
+    from keras_vit.naflex import check_seq_lens
+
+    if model_path is not None and os.path.isfile(model_path):
+        seq_lens = metadata(model_path).get("config", {}).get("naflex_seq_lens")
+        if seq_lens:
+            return max(check_seq_lens(seq_lens))
+    return int(np.prod(position_layer(model).grid_size))
+
 
 def recorded_source(model_path, data=None, **source_options):
     """The `Source` of `data`, by default the data set, splits and held-out fraction recorded
@@ -58,16 +73,22 @@ def evaluate(model_path, data=None, *, split="validation", batch_size=128, **sou
     how many were evaluated, `skipped`: how many of the split's files the decoder could not read.
 
     Without `data` (and `source_options`), the data set, validation split and held-out
-    fraction recorded with the run (config.json) are used, so the numbers match training's.
+    fraction recorded with the run (config.json) are used, so the numbers match training's;
+    a NaFlex model sees each image at its aspect ratio under `naflex_budget`.
     """
-    from keras_vit.data import pipeline
+    from keras_vit.data import naflex, pipeline
 
     model, _, eval_crop = load_model(model_path)
     source = recorded_source(model_path, data, **source_options)
     classes = model.output_shape[-1]
     if classes != source.num_classes:
         raise ValueError(f"The model predicts {classes} classes, {source.name!r} has {source.num_classes}.")
-    ds = pipeline.eval_dataset(source, square_size(model), batch_size, crop_fraction=eval_crop, split=split)
+    if is_naflex(model):  # each image at its aspect ratio, under the run's budget
+        patch = model.get_layer("embedding").patch_size
+        ds = naflex.eval_dataset(source, batch_size, patch, naflex_budget(model, model_path), preprocessing=model,
+                                 split=split)
+    else:
+        ds = pipeline.eval_dataset(source, square_size(model), batch_size, crop_fraction=eval_crop, split=split)
     model.compile(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=not ends_with_softmax(model)),
         metrics=[

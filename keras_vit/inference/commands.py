@@ -15,7 +15,8 @@ def _predict(args):
     for path in args.images:
         regular_file(path, "as an image")  # a FIFO would block
     model, names, crop = load_model(args.model, args.weights)
-    for path, best in zip(args.images, predict(model, args.images, class_names=names, top=args.top, crop_fraction=crop)):
+    for path, best in zip(args.images, predict(model, args.images, class_names=names, top=args.top, crop_fraction=crop,
+                                              model_path=args.model)):
         print(path)
         for rank, (index, name, prob) in enumerate(best, 1):
             print(f"  {rank}. {name:<30} {prob:.4f}  (class {index})")

@@ -8,9 +8,9 @@ from keras_vit import images
 from keras_vit.imagenet import preprocess_input
 from keras_vit.preprocessing import preprocessing as preprocessing_of
 from keras_vit.run_folder import load_model
-from keras_vit.evaluation.classification import square_size
+from keras_vit.evaluation.classification import naflex_budget, square_size
 from keras_vit.heads import ends_with_softmax
-from keras_vit.inspect.model_parts import is_naflex, position_layer
+from keras_vit.inspect.model_parts import is_naflex
 from keras_vit.naflex import naflex_inputs
 
 
@@ -27,12 +27,11 @@ def _crop(path, image_size, crop_fraction, interpolation):
     return _read(path, lambda pixels: images.center_crop(pixels, image_size, crop_fraction, interpolation))
 
 
-def _batch(model, paths, size, crop_fraction):
+def _batch(model, paths, size, crop_fraction, max_num_patches):
     """The model's input for image files: a centred square, or NaFlex's patches of the whole image
-    under the patch budget of the model's position table."""
+    under `max_num_patches`."""
     if is_naflex(model):
-        budget = int(np.prod(position_layer(model).grid_size))
-        return naflex_inputs([_read(path) for path in paths], model, max_num_patches=budget)
+        return naflex_inputs([_read(path) for path in paths], model, max_num_patches=max_num_patches)
     return load_images(paths, size, crop_fraction, preprocessing=model)
 
 
@@ -55,14 +54,17 @@ def check_top(top):
 PREDICT_BATCH = 32
 
 
-def predict(model, paths, *, class_names=None, top=5, crop_fraction=1.0, batch_size=PREDICT_BATCH):
+def predict(model, paths, *, class_names=None, top=5, crop_fraction=1.0, batch_size=PREDICT_BATCH, model_path=None):
     """For each image file, the `top` classes (all of them at most) as `(index, name, probability)`,
     decoding and running `batch_size` images at a time, scaled by the model's preprocessing (a
-    NaFlex model's: each whole image at its aspect ratio, `crop_fraction` unused)."""
+    NaFlex model's: each whole image at its aspect ratio under `naflex_budget(model,
+    model_path)`, the budget of the run that saved `model_path`; `crop_fraction` unused)."""
     check_top(top)
-    size, results = None if is_naflex(model) else square_size(model), []
+    naflex = is_naflex(model)
+    size, results = None if naflex else square_size(model), []
+    budget = naflex_budget(model, model_path) if naflex else None
     for start in range(0, len(paths), batch_size):
-        batch = _batch(model, paths[start : start + batch_size], size, crop_fraction)
+        batch = _batch(model, paths[start : start + batch_size], size, crop_fraction, budget)
         probs = keras.ops.convert_to_numpy(model.predict(batch, verbose=0))
         if not ends_with_softmax(model):
             probs = keras.ops.convert_to_numpy(keras.ops.softmax(probs, axis=-1))

@@ -137,6 +137,10 @@ class _TrainFields:
         "aspect ratio: each batch draws its patch budget from these and holds batch_size*max/budget images "
         "(timm's NaFlex loader; e.g. 128,256,576,784,1024); validation at the largest (none: square images)",
         group=MODEL, metavar="N,N,...", check=check_seq_lens)
+    naflex_pack: bool = option(
+        False, "with naflex_seq_lens: pack each training and validation batch, its images by first fit into "
+        "sequences of its budget with attention within each image and one loss term per image (less "
+        "padding; the saved model is the plain NaFlex model)", group=MODEL)
     representation_size: Optional[int] = option(
         None, "width of a tanh pre-logits layer (pre-training), none for a linear head", group=MODEL,
         interval="[1, inf)")
@@ -252,6 +256,8 @@ class _TrainFields:
                              "choose another folder name, or set tensorboard=false.")
         if self.naflex_seq_lens:
             self._check_naflex()
+        elif self.naflex_pack:
+            raise ValueError("naflex_pack=true packs NaFlex batches: it needs naflex_seq_lens (e.g. 64,128,256).")
         self._check_model_options()
         if self.batch_size % self.accumulation_steps:
             raise ValueError(

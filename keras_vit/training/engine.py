@@ -251,18 +251,20 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
 
 
 def naflex_streams(config, plan, source, augmentation, batch, setup):
-    """The validation batches and the training stream of a NaFlex run (`keras_vit.data.naflex`)."""
+    """The validation batches and the training stream of a NaFlex run (`keras_vit.data.naflex`),
+    packed with `naflex_pack`."""
     patch = setup.model.get_layer("embedding").patch_size
     seq_lens = config.naflex_seq_lens
-    val_ds = naflex_pipeline.eval_dataset(source, batch, patch, max(seq_lens), one_hot=setup.one_hot,
-                                          on_corrupt=config.on_corrupt)
+    pack = naflex_pipeline.packed if config.naflex_pack else (lambda batches: batches)
+    val_ds = pack(naflex_pipeline.eval_dataset(source, batch, patch, max(seq_lens), one_hot=setup.one_hot,
+                                               on_corrupt=config.on_corrupt))
 
     def train_stream(start_step):
-        return plan.feed(naflex_pipeline.train_dataset(
+        return plan.feed(pack(naflex_pipeline.train_dataset(
             source, augmentation, batch, patch, seq_lens=seq_lens, one_hot=setup.one_hot, seed=config.seed,
             start_batch=start_step, shuffle_buffer=config.shuffle_buffer, shard=plan.shard,
             deterministic=config.deterministic, on_corrupt=config.on_corrupt,
-        ))
+        )))
 
     return val_ds, train_stream
 

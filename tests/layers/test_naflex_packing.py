@@ -10,6 +10,7 @@ import pytest
 import keras_vit
 from keras_vit import packing
 from keras_vit.layers import Encoder
+from tests.support.naflex import budget_batch
 
 PATCH, SEQ_LEN = 4, 16
 BUDGETS = (4, 6, 9, 16, 3, 7, 2, 5)  # each image fills its own budget, all padded to SEQ_LEN
@@ -17,18 +18,7 @@ BUDGETS = (4, 6, 9, 16, 3, 7, 2, 5)  # each image fills its own budget, all padd
 
 def _batch():
     """A NaFlex batch of images at their own aspect ratios, most filling fewer than SEQ_LEN patches."""
-    rng = np.random.default_rng(0)
-    parts = []
-    for budget in BUDGETS:
-        image = rng.uniform(0, 255, (int(rng.integers(4, 50)), int(rng.integers(4, 50)), 3))
-        parts.append(keras_vit.naflex_inputs([image], max_num_patches=budget, patch_size=PATCH, preprocessing="vit"))
-    batch = {"patches": np.zeros((len(BUDGETS), SEQ_LEN, PATCH * PATCH * 3), np.float32),
-             "spatial_shapes": np.concatenate([p["spatial_shapes"] for p in parts]),
-             "mask": np.zeros((len(BUDGETS), SEQ_LEN), np.int32)}
-    for i, part in enumerate(parts):
-        n = part["patches"].shape[1]
-        batch["patches"][i, :n], batch["mask"][i, :n] = part["patches"][0], part["mask"][0]
-    return batch
+    return budget_batch(BUDGETS, SEQ_LEN, PATCH)
 
 
 def _model(**head):

@@ -6,35 +6,14 @@ resumption at any batch, and `fit` of a tiny NaFlex model through `train`."""
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import keras_vit
 from keras_vit.data import naflex as naflex_data
 from keras_vit.data.pipeline import Augmentation
-from keras_vit.data.sources import Source
 from keras_vit.training import recipe, train
 from keras_vit.training.config import TrainConfig
 from tests.support.commands import fails
-
-PATCH = 4
-SEQ_LENS = (4, 9, 16)
-BATCH = 3  # tokens per batch: 3 * 16
-
-
-def _images(count=7, seed=0):
-    rng = np.random.default_rng(seed)
-    sizes = [(int(rng.integers(3, 40)), int(rng.integers(3, 40))) for _ in range(count)]
-    return [rng.integers(0, 256, (*size, 3), dtype=np.uint8) for size in sizes]
-
-
-def _source(images):
-    """A source whose label of each image is its index."""
-    data = tf.data.Dataset.from_generator(
-        lambda: ((image, i) for i, image in enumerate(images)),
-        output_signature=(tf.TensorSpec([None, None, 3], tf.uint8), tf.TensorSpec([], tf.int64)),
-    )
-    return Source("mixed", data, data, len(images), len(images), [str(i) for i in range(len(images))])
-
+from tests.support.naflex import BATCH, PATCH, SEQ_LENS, TINY, mixed_images, mixed_source
 
 WHOLE_IMAGE = Augmentation(16, crop_area=(1.0, 1.0), flip=False)  # the crop is the whole image
 
@@ -48,15 +27,15 @@ def _check_against_reference(images, inputs, labels, seq_len):
 
 
 def test_evaluation_batches_equal_naflex_inputs():
-    images = _images()
-    inputs, labels = next(iter(naflex_data.eval_dataset(_source(images), 7, PATCH, 16)))
+    images = mixed_images()
+    inputs, labels = next(iter(naflex_data.eval_dataset(mixed_source(images), 7, PATCH, 16)))
     assert inputs["patches"].shape == (7, 16, PATCH * PATCH * 3)
     _check_against_reference(images, {k: v.numpy() for k, v in inputs.items()}, labels.numpy(), 16)
 
 
 def test_training_batches_draw_a_budget_and_keep_the_tokens():
-    images = _images()
-    stream = naflex_data.train_dataset(_source(images), WHOLE_IMAGE, BATCH, PATCH, seq_lens=SEQ_LENS, seed=3)
+    images = mixed_images()
+    stream = naflex_data.train_dataset(mixed_source(images), WHOLE_IMAGE, BATCH, PATCH, seq_lens=SEQ_LENS, seed=3)
     seen = set()
     for inputs, labels in stream.take(12):
         inputs, labels = {k: v.numpy() for k, v in inputs.items()}, labels.numpy()
@@ -70,8 +49,8 @@ def test_training_batches_draw_a_budget_and_keep_the_tokens():
 
 
 def test_the_plan_is_a_function_of_the_batch_and_a_stream_resumes_at_any_batch():
-    images = _images()
-    source = _source(images)
+    images = mixed_images()
+    source = mixed_source(images)
 
     def batches(start, count):
         stream = naflex_data.train_dataset(source, Augmentation(16), BATCH, PATCH, seq_lens=SEQ_LENS, seed=5,
@@ -93,13 +72,6 @@ def test_seq_lens_are_checked_in_one_line():
     assert TrainConfig(naflex_seq_lens=(16.0, 4), class_token=False, pooling="avg").naflex_seq_lens == (4, 16)
     with pytest.raises(ValueError, match="trains a NaFlex model, which takes no class_token, pooling=token"):
         TrainConfig(naflex_seq_lens=(4, 16))
-
-
-TINY = dict(
-    model="custom", patch_size=2, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, image_size=8, batch_size=8,
-    tensorboard=False, jit_compile=keras.backend.backend() == "jax", class_token=False, pooling="avg",
-    naflex_seq_lens=(4, 9, 16), steps=3, warmup_steps=1, verbose=0, learning_rate=0.01,
-)
 
 
 def test_train_fits_a_naflex_model_on_native_aspect_ratios(tmp_path):
