@@ -459,7 +459,7 @@ def _write_siglip2(folder, ckpt):
     preprocessor = {key: value for key, value in hf_preprocessor_config(ckpt, "Siglip2ImageProcessor").items()
                     if key != "size"}
     preprocessor.update(resample=RESAMPLE["bilinear"], patch_size=ckpt.patch_size, max_num_patches=config["num_patches"])
-    write_folder(folder, {"vision_model." + k: v for k, v in theirs.items()}, config, preprocessor)
+    write_folder(folder, theirs, config, preprocessor)  # transformers 5's names: no `vision_model.`
 
 
 def write(folder, ckpt):
