@@ -178,9 +178,10 @@ def _dinov3_biases(config, path):
 
 def prepare_dinov3(raw):
     """Strips `model.` (the encoder's prefix in the model's own state dict; its files have none),
-    leaves out the mask token and an empty register array, gives each block's keys a zero bias where the queries have one and
-    the keys none (transformers' `key_bias=False`: the model drops it with `key_bias=False`), packs
-    a gated MLP's `gate_proj` and `up_proj` as the SwiGLU layer's `[gate | value]` (`mlp.up_proj`)."""
+    leaves out the mask token and an empty register array, gives each block's keys a zero bias
+    where the queries have one and the keys none (transformers' `key_bias=False`: the model drops
+    it with `key_bias=False`), packs a gated MLP's `gate_proj` and `up_proj` as the SwiGLU layer's
+    `[gate | value]` (`mlp.up_proj`)."""
     config = _config(raw)
     qkv_bias, key_bias = _dinov3_biases(config, raw.path)
     if config.get("use_gated_mlp") and config.get("hidden_act", "gelu") != "silu":
@@ -205,7 +206,8 @@ def metadata_dinov3(raw, tensors):
     config = _config(raw)
     gated = any(".mlp.gate_proj." in k for k in raw.tensors)
     meta = metadata(raw, tensors, preprocessing="dinov3", gelu=not gated)
-    return dataclasses.replace(meta, rope_theta=config.get("rope_theta", 100.0), key_bias=_dinov3_biases(config, raw.path)[1],
+    key_bias = _dinov3_biases(config, raw.path)[1]
+    return dataclasses.replace(meta, rope_theta=config.get("rope_theta", 100.0), key_bias=key_bias,
                                layer_norm_epsilon=config.get("layer_norm_eps", 1e-5))
 
 
