@@ -18,6 +18,12 @@ model of any size (`input_shape=(None, None, 3)`) the height and width, dynamic.
 - torch (`.pt2`, `torch.export.load(path).module()`): Keras' own `format="torch"` with
   dynamic dimensions (PyTorch backend; a PyTorch-backend subprocess from the others).
 
+A NaFlex model (`naflex=True`) takes, in every format, its three inputs by name: `patches`
+`(batch, n, patch * patch * 3)`, `spatial_shapes` `(batch, 2)` and `mask` `(batch, n)` (int32),
+the batch and the patch budget `n` dynamic (`keras_vit.naflex.naflex_inputs` makes them); the
+PyTorch program and the SavedModel take them as one dict, ONNX, LiteRT and OpenVINO as three
+named inputs.
+
 `verify` loads the artefact in its runtime (tf.saved_model, onnxruntime, ai-edge-litert,
 OpenVINO at float32 precision, torch), runs it on random images and compares with the Keras
 model: the export is rejected if they differ by more than `atol`. An export is written next
@@ -76,6 +82,7 @@ SPECS = {
     "torch": Format(".pt2", ("torch",), ("torch",)),
 }
 FORMATS = tuple(SPECS)
+NAFLEX_INPUTS = ("patches", "spatial_shapes", "mask")  # a NaFlex model's inputs, in the order ONNX takes them
 REQUIRED_ENTRY = {"saved_model": "saved_model.pb", "openvino": "model.xml"}
 
 
@@ -87,6 +94,34 @@ def _size_step(model):
     """What an input side must be a multiple of: the patch size (times a hybrid stem's stride)."""
     stem = next((layer for layer in model.layers if layer.name == "stem"), None)
     return model.get_layer("embedding").patch_size * (stem.stride if stem is not None else 1)
+
+
+def naflex_budgets(model):
+    """The patch budgets a NaFlex export is traced and checked at: its position grid's size and a
+    larger one."""
+    rows, cols = model.get_layer("posembed_input").grid_size
+    return [rows * cols, 2 * rows * cols + 3]
+
+
+def naflex_sample(model, count=3, seed=0, budget=None):
+    """A NaFlex model's inputs (`naflex_inputs`) for `count` random images of several aspect ratios
+    under `budget` patches (default: the first of `naflex_budgets`), some leaving part of it padding."""
+    from keras_vit.naflex import naflex_inputs
+
+    rng = np.random.default_rng(seed)
+    patch = model.get_layer("embedding").patch_size
+    shapes = ((3, 5), (1, 2), (8, 2), (2, 2))
+    images = [rng.uniform(0, 255, (h * patch, w * patch, 3)).astype("float32") for h, w in
+              (shapes[i % len(shapes)] for i in range(count))]
+    return naflex_inputs(images, model, max_num_patches=budget or naflex_budgets(model)[0])
+
+
+def sample_inputs(model, count=3, seed=0):
+    """The inputs `verify` checks an export at: `sample_images` at each of `input_shapes(model)`,
+    or NaFlex inputs (`naflex_sample`) at each of `naflex_budgets(model)`."""
+    if is_naflex(model):
+        return [naflex_sample(model, count, seed, budget) for budget in naflex_budgets(model)]
+    return [sample_images(model, count, seed, shape) for shape in input_shapes(model)]
 
 
 def input_shapes(model):
@@ -112,10 +147,14 @@ def sample_images(model, count=3, seed=0, shape=None):
 
 def _torch_dims(model):
     """`torch.export` dynamic dimensions of the image input: the batch, and for a model of any
-    size its height and width (multiples of the patch and stem stride)."""
+    size its height and width (multiples of the patch and stem stride); of a NaFlex model's
+    inputs (a dict by name): the batch and the patch budget."""
     import torch
 
     axes = {0: torch.export.Dim("batch", min=1, max=4096)}
+    if is_naflex(model):
+        patches = {1: torch.export.Dim("patches", min=1, max=65536)}
+        return {"patches": {**axes, **patches}, "spatial_shapes": axes, "mask": {**axes, **patches}}
     height, width = model.inputs[0].shape[1:3]
     step = _size_step(model)
     axes.update({1: step * torch.export.Dim("rows", min=1, max=1024)} if height is None else {})
@@ -125,7 +164,11 @@ def _torch_dims(model):
 
 def _jax_shapes(model):
     """jax2tf's `polymorphic_shapes` of the image input: the batch, and for a model of any size
-    its height and width as multiples of the patch size (and stem stride), as `_torch_dims`."""
+    its height and width as multiples of the patch size (and stem stride), as `_torch_dims`; of a
+    NaFlex model's inputs: the batch and the patch budget."""
+    if is_naflex(model):
+        values = model.input["patches"].shape[-1]
+        return [{"patches": f"(batch, n, {values})", "spatial_shapes": "(batch, 2)", "mask": "(batch, n)"}]
     height, width, channels = model.inputs[0].shape[1:]
     step = _size_step(model)
     rows, cols = (f"{step}*{name}" if dim is None else str(dim) for dim, name in ((height, "rows"), (width, "cols")))
@@ -140,18 +183,41 @@ def _run_in_backend(backend, fmt, model_path, output):
         raise RuntimeError(f"Exporting {model_path} to {fmt} with the {backend} backend failed:\n{proc.stderr[-3000:]}")
 
 
+def _named_inputs(model):
+    """A `torch.nn.Module` running a NaFlex `model` on its three inputs given one by one (ONNX names
+    them; `torch.onnx.export` would take one dict argument for keyword arguments)."""
+    import torch
+
+    class NamedInputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, patches, spatial_shapes, mask):
+            return self.model({"patches": patches, "spatial_shapes": spatial_shapes, "mask": mask})
+
+    return NamedInputs()
+
+
 def _torch_onnx(model, output):
     import torch
 
-    example = torch.zeros((2, *input_shapes(model)[0]))
     model.eval()
+    if is_naflex(model):
+        names, dims = NAFLEX_INPUTS, _torch_dims(model)
+        sample = naflex_sample(model, count=2)
+        module, example, dynamic = _named_inputs(model), tuple(torch.from_numpy(sample[n]) for n in names), tuple(
+            dims[n] for n in names)
+    else:
+        names, module = ["images"], model
+        example, dynamic = (torch.zeros((2, *input_shapes(model)[0])),), ((_torch_dims(model),),)
     program = torch.onnx.export(
-        model,
-        (example,),
-        input_names=["images"],
+        module,
+        example,
+        input_names=list(names),
         output_names=["predictions"],
         dynamo=True,
-        dynamic_shapes=((_torch_dims(model),),),
+        dynamic_shapes=dynamic,
         verbose=False,
     )
     program.optimize()
@@ -162,10 +228,16 @@ def _torch_program(model, output):
     """Keras' `format="torch"` export with `_torch_dims`, traced at `input_shapes(model)[0]`."""
     import torch
 
-    signature = [keras.InputSpec(shape=(None, *input_shapes(model)[0]), dtype="float32")]
+    if is_naflex(model):
+        signature = [{name: keras.InputSpec(shape=(None, *value.shape[1:]), dtype=str(value.dtype))
+                      for name, value in naflex_sample(model).items()}]
+        dims = (_torch_dims(model),)
+    else:
+        signature = [keras.InputSpec(shape=(None, *input_shapes(model)[0]), dtype="float32")]
+        dims = _torch_dims(model)
     # torch.einsum's opt_einsum path search reads the sizes, which would fix the height and width.
     with torch.backends.opt_einsum.flags(enabled=False):
-        _keras_export(model, output, "torch", input_signature=signature, dynamic_shapes=_torch_dims(model))
+        _keras_export(model, output, "torch", input_signature=signature, dynamic_shapes=dims)
 
 
 def _keras_export(model, output, fmt, **options):
@@ -319,9 +391,6 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     check_output(fmt, output, model_path, overwrite)
     if model_path is not None:
         model = load_keras_file(model_path)
-    if is_naflex(model):
-        raise ValueError(f"Model {model.name!r} takes NaFlex inputs, which the {fmt} export does not trace yet; "
-                         "save it with model.save('x.keras') instead.")
     if quantize is not None:
         from keras_vit.inference.quantization import quantized_copy
 
@@ -343,8 +412,14 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     return error
 
 
+def _by_name(inputs, name):
+    """The NaFlex input whose name `name` (a runtime's, e.g. "serving_default_mask:0") holds."""
+    return inputs[next(key for key in NAFLEX_INPUTS if key in name)]
+
+
 def run_exported(fmt, path, images):
-    """Outputs of an exported model on `images` (NumPy)."""
+    """Outputs of an exported model on `images` (NumPy), or on a NaFlex model's dict of inputs."""
+    named = isinstance(images, dict)
     if fmt == "saved_model":
         import tensorflow as tf
 
@@ -354,26 +429,30 @@ def run_exported(fmt, path, images):
         from ai_edge_litert.interpreter import Interpreter
 
         interpreter = Interpreter(model_path=path)
-        index = interpreter.get_input_details()[0]["index"]
-        interpreter.resize_tensor_input(index, images.shape)
+        details = interpreter.get_input_details()
+        values = [_by_name(images, d["name"]) if named else images for d in details]
+        for detail, value in zip(details, values):
+            interpreter.resize_tensor_input(detail["index"], value.shape)
         interpreter.allocate_tensors()
-        interpreter.set_tensor(index, images)
+        for detail, value in zip(details, values):
+            interpreter.set_tensor(detail["index"], value)
         interpreter.invoke()
         return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     if fmt == "openvino":  # CPUs with bfloat16 units otherwise compute in bfloat16
         import openvino
 
         compiled = openvino.Core().compile_model(os.path.join(path, "model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-        return np.asarray(compiled(images)[0])
+        return np.asarray(compiled(dict(images) if named else images)[0])
     if fmt == "torch":
         import torch
 
+        tensors = {k: torch.from_numpy(v) for k, v in images.items()} if named else torch.from_numpy(images)
         with torch.no_grad():
-            return torch.export.load(path).module()(torch.from_numpy(images)).numpy()
+            return torch.export.load(path).module()(tensors).numpy()
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    return session.run(None, {session.get_inputs()[0].name: images})[0]
+    return session.run(None, {i.name: _by_name(images, i.name) if named else images for i in session.get_inputs()})[0]
 
 
 def keras_outputs(model, images):
@@ -386,11 +465,9 @@ def keras_outputs(model, images):
 
 
 def verify(model, fmt, path, *, atol=1e-4):
-    """Max |exported - keras| on random images (at each of `input_shapes(model)`); raises
-    `ExportMismatch` above `atol`."""
+    """Max |exported - keras| on random inputs (`sample_inputs`); raises `ExportMismatch` above `atol`."""
     error = 0.0
-    for shape in input_shapes(model):
-        images = sample_images(model, shape=shape)
+    for images in sample_inputs(model):
         expected = keras_outputs(model, images)
         got = run_exported(fmt, path, images)
         if got.shape != expected.shape:

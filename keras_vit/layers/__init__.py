@@ -8,6 +8,7 @@ from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.mlp import MLPBlock
+from keras_vit.layers.naflex import NaFlexPatchEmbedding, NaFlexPositionEmbedding
 from keras_vit.layers.norms import RMSNorm
 from keras_vit.layers.patch_dropout import PatchDropout
 from keras_vit.layers.patch_embedding import PatchEmbedding
@@ -31,6 +32,8 @@ __all__ = [
     "MAPHead",
     "MLPBlock",
     "MultiHeadSelfAttention",
+    "NaFlexPatchEmbedding",
+    "NaFlexPositionEmbedding",
     "PatchDropout",
     "PatchEmbedding",
     "PositionEmbedding",

@@ -83,7 +83,9 @@ def dot_product_attention(q, k, v, training=False, mask=None):
     segments)."""
     backend = keras.backend.backend()
     if mask is not None:
-        mask = ops.cast(mask[:, None, None, :] if len(mask.shape) == 2 else mask[:, None], "bool")
+        # expand_dims, not `mask[:, None]`: LiteRT runs no strided slice that adds axes
+        mask = ops.cast(ops.expand_dims(ops.expand_dims(mask, 1), 1) if len(mask.shape) == 2 else ops.expand_dims(mask, 1),
+                        "bool")
     if backend == "torch" and q.dtype == k.dtype == v.dtype:
         return torch_attention(q, k, v, mask)
     if mask is not None:

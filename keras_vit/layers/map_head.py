@@ -60,12 +60,14 @@ class MAPHead(keras.layers.Layer):
         q = ops.reshape(probe if self.form == "aimv2" else run(self.query, probe), (1, heads, head_dim))
         k = ops.reshape(run(self.key, tokens), (batch, n, heads, head_dim))
         v = ops.reshape(run(self.value, tokens), (batch, n, heads, head_dim))
-        logits = ops.einsum("hd,bkhd->bhk", q[0] * ops.cast(head_dim**-0.5, q.dtype), k)
+        # the probe broadcast over the batch: LiteRT's form of "hd,bkhd->bhk" merges the batch into the keys
+        q = ops.broadcast_to(q * ops.cast(head_dim**-0.5, q.dtype), (batch, heads, head_dim))
+        logits = ops.einsum("bhd,bkhd->bhk", q, k)
         logits = ops.cast(logits, "float32")
         if segments is not None:
             return self._pool_segments(logits, v, segments)
         if valid is not None:
-            logits = ops.where(ops.cast(valid[:, None, :], "bool"), logits, float("-inf"))
+            logits = ops.where(ops.cast(ops.expand_dims(valid, 1), "bool"), logits, float("-inf"))
         weights = ops.cast(ops.softmax(logits, axis=-1), v.dtype)
         return self._finish(run(self.out, ops.reshape(ops.einsum("bhk,bkhd->bhd", weights, v), (batch, dim))))
 

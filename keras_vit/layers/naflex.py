@@ -119,9 +119,9 @@ class NaFlexPositionEmbedding(Float32Stream, keras.layers.Layer):
         row = ops.floor(position / cols_of)
         col = position - row * cols_of
         gh, gw = self.grid_size
-        weights = ops.einsum(
-            "bnh,bnw->bnhw", per_image_weights(gh, rows_of, row * inside), per_image_weights(gw, cols_of, col * inside)
-        )
+        # an outer product by broadcasting: LiteRT runs no einsum of this form
+        weights = ops.expand_dims(per_image_weights(gh, rows_of, row * inside), -1) * ops.expand_dims(
+            per_image_weights(gw, cols_of, col * inside), -2)
         table = ops.cast(self.embeddings[0], "float32")
         resized = ops.matmul(ops.reshape(weights, (-1, n, gh * gw)), table)
         return ops.add(tokens, ops.cast(resized, tokens.dtype))

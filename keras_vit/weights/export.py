@@ -100,11 +100,12 @@ def _check_block_options(fmt, ckpt):
     from keras_vit.model_config import ViTConfig
 
     architecture = ckpt.architecture()
-    used = [f"{name}={architecture[name]!r}" for name in BLOCK_OPTIONS + AIMV2_OPTIONS
-            if architecture[name] != ViTConfig.__dataclass_fields__[name].default and name not in fmt.block_options]
-    if used:
-        able = ", ".join(f.option for f in formats.FORMATS if f.write and f.block_options)
-        raise ValueError(f"{ckpt.path}: {', '.join(used)} cannot be written as {fmt.name}; formats that record it: {able}.")
+    refused = [name for name in BLOCK_OPTIONS + AIMV2_OPTIONS
+               if architecture[name] != ViTConfig.__dataclass_fields__[name].default and name not in fmt.block_options]
+    if refused:
+        used = ", ".join(f"{name}={architecture[name]!r}" for name in refused)
+        able = ", ".join(f.option for f in formats.FORMATS if f.write and set(refused) <= set(f.block_options))
+        raise ValueError(f"{ckpt.path}: {used} cannot be written as {fmt.name}; formats that record it: {able}.")
 
 
 def _write(fmt, path, ckpt):
@@ -121,9 +122,10 @@ def _write(fmt, path, ckpt):
             f"{ckpt.path}: rotary position embeddings / no key bias (DINOv3) cannot be written as {fmt.name}; "
             f"export with format= {rope}, or save the model with model.save('x.keras')."
         )
-    if ckpt.naflex:
-        raise ValueError(f"{ckpt.path}: a NaFlex model (SigLIP 2) cannot be written as {fmt.name} yet; "
-                         "save the model with model.save('x.keras') instead.")
+    if ckpt.naflex and not fmt.writes_naflex:
+        naflex = ", ".join(f.option for f in formats.FORMATS if f.writes_naflex and f.write)
+        raise ValueError(f"{ckpt.path}: a NaFlex model (SigLIP 2) cannot be written as {fmt.name}; "
+                         f"export with format= {naflex}, or save the model with model.save('x.keras').")
     _check_block_options(fmt, ckpt)
     check_space(path, sum(4 * math.prod(t.shape) for t in ckpt.tensors.values()))
     with one_line_errors(path):

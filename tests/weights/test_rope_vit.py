@@ -84,9 +84,10 @@ def test_export_to_the_dinov3_layout_is_refused_for_the_other_forms(tmp_path):
     assert "\n" not in str(error.value) and not os.listdir(tmp_path)
 
 
-@pytest.mark.parametrize("fmt", ["npz", "timm", "hf", "kerashub"])
+@pytest.mark.parametrize("fmt", ["npz", "timm", "kerashub"])
 def test_other_weights_formats_refuse_the_other_forms_without_pointing_to_the_dinov3_layout(tmp_path, fmt):
-    """Their refusal named timm_dinov3, which refuses these forms too."""
+    """Their refusal named timm_dinov3, which refuses these forms too (as "hf", which writes DINOv3's form:
+    tests/weights/test_dinov3_hf.py)."""
     model = keras_vit.VisionTransformer(4, 16, 1, 2, 32, input_shape=(8, 8, 3), position_embedding="rope",
                                         rope_form="mixed", classes=3)
     with pytest.raises(ValueError, match="no weights format records the mixed rotary form") as error:

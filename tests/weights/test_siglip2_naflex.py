@@ -141,13 +141,12 @@ def test_features_predict_and_export_take_naflex_inputs(folder, tmp_path):
     assert [len(classes) for classes in predict(model, files, top=2)] == [2, 2]
     with pytest.raises(ValueError, match="grid=True needs one patch grid per batch"):
         keras_vit.features(model, inputs, grid=True)
-    with pytest.raises(ValueError, match=r"a NaFlex model \(SigLIP 2\) cannot be written as hf yet"):
+    with pytest.raises(ValueError, match=r"^[^\n]*SigLIP needs None \(export it with include_top=False\)"):
         keras_vit.weights.export(model, tmp_path / "out", format="hf")
-    from keras_vit.inference.serving import export
-
-    with pytest.raises(ValueError, match="takes NaFlex inputs, which the onnx export does not trace yet"):
-        export(model, "onnx", str(tmp_path / "model.onnx"), verify_outputs=False)
-    assert not (tmp_path / "out").exists() and not (tmp_path / "model.onnx").exists()
+    with pytest.raises(ValueError, match=r"^[^\n]*a NaFlex model \(SigLIP 2\) cannot be written as timm; export with "
+                                         r"format= hf"):
+        keras_vit.weights.export(model, tmp_path / "out", format="timm")
+    assert not (tmp_path / "out").exists()  # the serving exports: tests/inference/test_export_naflex.py
 
 
 def test_the_image_tower_of_a_siglip2_model_folder(tmp_path):
@@ -171,3 +170,42 @@ def test_a_naflex_model_saves_and_loads(tmp_path):
     np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(inputs)), keras.ops.convert_to_numpy(model(inputs)),
                                atol=1e-6, rtol=0)
     assert loaded.preprocessing == model.preprocessing
+
+
+# Config fields that say who wrote the file, not what the model is.
+_PROVENANCE = ("transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path")
+
+
+def test_naflex_model_exports_to_transformers_and_reads_back_the_same(folder, tmp_path):
+    """`export(format="hf")` of a NaFlex model: transformers' `Siglip2VisionModel` loads the folder and
+    agrees with keras_vit on NaFlex inputs (images filling fewer patches than the budget among them);
+    the folder read and written back (`export`, `keras-vit convert`) holds the same tensors and config."""
+    from safetensors.numpy import load_file
+
+    from keras_vit.cli import main
+
+    path, _ = folder
+    model = keras_vit.from_checkpoint(str(path))
+    tokens_model = keras_vit.from_checkpoint(str(path), include_top=False, pooling=None)
+    keras_vit.weights.export(model, tmp_path / "out", format="hf")
+    exported = transformers.Siglip2VisionModel.from_pretrained(tmp_path / "out").eval()
+    for budget in (40, 64):
+        inputs = naflex_inputs(_images(), model, max_num_patches=budget)
+        assert (inputs["mask"].sum(1) < budget).any()
+        expected, valid = _reference(exported, inputs), inputs["mask"].astype(bool)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(model(inputs)), expected.pooler_output.numpy(),
+                                   atol=TOLERANCE, rtol=0)
+        tokens = keras.ops.convert_to_numpy(tokens_model(inputs))
+        np.testing.assert_allclose(tokens[valid], expected.last_hidden_state.numpy()[valid], atol=TOLERANCE, rtol=0)
+    assert main(["convert", str(path), str(tmp_path / "converted"), "--format", "hf"]) == 0
+    original = load_file(str(path / "model.safetensors"))
+    for name in ("out", "converted"):
+        written = load_file(str(tmp_path / name / "model.safetensors"))
+        assert written.keys() == original.keys()
+        for key, value in original.items():
+            np.testing.assert_allclose(written[key], value, atol=1e-7, rtol=0, err_msg=key)
+        configs = [transformers.Siglip2VisionConfig.from_pretrained(f).to_dict() for f in (path, tmp_path / name)]
+        assert [{k: v for k, v in c.items() if k not in _PROVENANCE} for c in configs][0] == \
+            {k: v for k, v in configs[1].items() if k not in _PROVENANCE}
+    processor = transformers.Siglip2ImageProcessor.from_pretrained(tmp_path / "out")
+    assert (processor.patch_size, processor.max_num_patches) == (TINY["patch_size"], TINY["num_patches"])

@@ -46,6 +46,7 @@ class Format:
     `interpolation`: how its library resizes position embeddings (a name of
     `keras_vit.interpolation.INTERPOLATIONS`), unless the file's `Metadata` says otherwise.
     `writes_rope`: `write` records rotary position embeddings and the dropped key bias (DINOv3).
+    `writes_naflex`: `write` records a NaFlex model (SigLIP 2).
     `block_options`: the block options (`BLOCK_OPTIONS`) `write` records when they differ from
     the default (the others are refused, not written as another model)."""
 
@@ -61,6 +62,7 @@ class Format:
     canonical_keys: bool = False
     interpolation: str = DEFAULT
     writes_rope: bool = False
+    writes_naflex: bool = False
     block_options: tuple = ()
 
     @property

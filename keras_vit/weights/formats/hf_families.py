@@ -1,14 +1,16 @@
 """Hugging Face transformers folders of the plain-ViT families beyond the paper's model
 (SPEC section 7): DeiT (`DeiTModel`, `DeiTForImageClassification[WithTeacher]`), DINOv2
-(`Dinov2Model`, `Dinov2WithRegistersModel`), DINOv3 (`DINOv3ViTModel`, read only) and SigLIP
-image towers (`SiglipVisionModel`, or the `vision_model` of a `SiglipModel`); `config.json` gives the GELU, heads, grid and
-LayerNorm epsilon, as for the paper's ViT (`formats.huggingface`).
+(`Dinov2Model`, `Dinov2WithRegistersModel`), DINOv3 (`DINOv3ViTModel`) and SigLIP image towers
+(`SiglipVisionModel`, `Siglip2VisionModel` for NaFlex, or the `vision_model` of a `SiglipModel`); `config.json`
+gives the GELU, heads, grid and LayerNorm epsilon, as for the paper's ViT (`formats.huggingface`).
 
 Written by `export(format="hf")`, whose `write` (`HF`) picks the family from the checkpoint: a
 distillation token makes a DeiT (`DeiTForImageClassificationWithTeacher` with both heads,
-`DeiTForImageClassification` with one, else `DeiTModel`), LayerScale or registers a DINOv2
+`DeiTForImageClassification` with one, else `DeiTModel`), NaFlex inputs a `Siglip2VisionModel`,
+rotary position embeddings (or no key bias) a `DINOv3ViTModel`, LayerScale or registers a DINOv2
 (`Dinov2Model` / `Dinov2WithRegistersModel`, no head), no class token a `SiglipVisionModel`
-(its MAP head, or none); anything else is the paper's ViT."""
+(its MAP head, or none); anything else is the paper's ViT. The bias options (`qkv_bias`,
+`proj_bias`, `mlp_bias`) are written by DINOv3 only: the other families refuse them."""
 
 import dataclasses
 import functools
@@ -20,19 +22,25 @@ from keras_vit.weights.canonical import ATTN, DIST, HEAD_DIST, LAYER_SCALE, MAP,
 from keras_vit.weights.formats import huggingface
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.formats.common import config_pair, linear_row, torch_rows
-from keras_vit.weights.formats.huggingface import common_config, hf_config, hf_preprocessor_config, write_folder
+from keras_vit.weights.formats.huggingface import RESAMPLE, common_config, hf_config, hf_preprocessor_config, write_folder
 from keras_vit.weights.formats.timm import fused_qkv_from_canonical, fused_qkv_to_canonical
 from keras_vit.weights.lazy import LazyArray, concat
 from keras_vit.weights.table import Row, Table, pairs
-from keras_vit.weights.transforms import heads_to_linear_and_bias, heads_to_out, linear_and_bias_to_heads, out_to_heads
+from keras_vit.weights.transforms import (bias_to_heads, heads_to_bias, heads_to_linear, heads_to_linear_and_bias, heads_to_out,
+                                          linear_and_bias_to_heads, linear_to_heads, out_to_heads)
 
 LAYER = "encoder.layer.{i}."
 DINOV3_LAYER = "layer.{i}."
 SIGLIP_LAYER = "encoder.layers.{i}."
 
 
-def _qkv_rows(theirs, names=QKV):
-    """Separate q / k / v projections: `theirs` with `{n}` replaced by each of `names`."""
+def _qkv_rows(theirs, names=QKV, bias_free=False):
+    """Separate q / k / v projections: `theirs` with `{n}` replaced by each of `names`;
+    `bias_free`: their biases may be absent (`qkv_bias=False`)."""
+    if bias_free:
+        return tuple(row for n, t in zip(QKV, names) for row in (
+            Row(ATTN + f"{n}/kernel", theirs.replace("{n}", t) + "weight", linear_to_heads, heads_to_linear),
+            Row(ATTN + f"{n}/bias", theirs.replace("{n}", t) + "bias", bias_to_heads, heads_to_bias, optional=True)))
     return tuple(
         Row(
             (ATTN + f"{n}/kernel", ATTN + f"{n}/bias"),
@@ -66,7 +74,7 @@ DINOV3_TABLE = Table(
         DINOV3_LAYER + "norm2.", DINOV3_LAYER + "attention.o_proj.", DINOV3_LAYER + "mlp.up_proj.",
         DINOV3_LAYER + "mlp.down_proj.", "norm.", None, None,
     ) if row.canonical[0].text != POSEMB)
-    + _qkv_rows(DINOV3_LAYER + "attention.{n}_proj.", ("q", "k", "v"))
+    + _qkv_rows(DINOV3_LAYER + "attention.{n}_proj.", ("q", "k", "v"), bias_free=True)
     + pairs((LAYER_SCALE[0], DINOV3_LAYER + "layer_scale1.lambda1"),
             (LAYER_SCALE[1], DINOV3_LAYER + "layer_scale2.lambda1"))
     + pairs((REG, "embeddings.register_tokens"), optional=True)
@@ -157,26 +165,32 @@ def prepare_dinov2(raw):
             for k, v in tensors.items()}
 
 
-# `DINOv3ViTConfig` fields keras_vit's blocks have no switch for, with the value they need.
-# (`proj_bias` / `mlp_bias` False: files without those biases, read as `proj_bias` / `mlp_bias=False`.)
-_DINOV3_FIXED = dict(query_bias=True, key_bias=False, value_bias=True)
+def _dinov3_biases(config, path):
+    """`(qkv_bias, key_bias)` of a `DINOv3ViTConfig`: keras_vit's one switch for the query and value
+    biases (`qkv_bias`), and `key_bias` beside it (a key bias only with them)."""
+    query, key, value = (config.get(name, default) for name, default in
+                         (("query_bias", True), ("key_bias", False), ("value_bias", True)))
+    if query != value or (key and not query):
+        raise ValueError(f"{path}: DINOv3 config query_bias={query!r}, key_bias={key!r}, value_bias={value!r}; keras_vit "
+                         "reads query_bias = value_bias, and a key bias only with them.")
+    return bool(query), bool(key)
 
 
 def prepare_dinov3(raw):
     """Strips `model.` (the encoder's prefix in the model's own state dict; its files have none),
-    leaves out the mask token, gives each block's keys a zero bias (transformers' `key_bias=False`:
-    the model drops it with `key_bias=False`), packs a gated MLP's `gate_proj` and `up_proj` as
-    the SwiGLU layer's `[gate | value]` (`mlp.up_proj`)."""
+    leaves out the mask token and an empty register array, gives each block's keys a zero bias
+    where the queries have one and the keys none (transformers' `key_bias=False`: the model drops
+    it with `key_bias=False`), packs a gated MLP's `gate_proj` and `up_proj` as the SwiGLU layer's
+    `[gate | value]` (`mlp.up_proj`)."""
     config = _config(raw)
-    for name, wanted in _DINOV3_FIXED.items():
-        if config.get(name, wanted) != wanted:
-            raise ValueError(
-                f"{raw.path}: DINOv3 config {name}={config[name]!r}; keras_vit reads {name}={wanted} only.")
+    qkv_bias, key_bias = _dinov3_biases(config, raw.path)
     if config.get("use_gated_mlp") and config.get("hidden_act", "gelu") != "silu":
         raise ValueError(
             f"{raw.path}: a gated MLP with hidden_act={config['hidden_act']!r}; keras_vit's SwiGLU is SiLU-gated.")
     tensors = _strip(raw, ("model.",), drop=("embeddings.mask_token",))
-    for key in [k for k in tensors if k.endswith(".attention.k_proj.weight")]:
+    if 0 in getattr(tensors.get("embeddings.register_tokens"), "shape", (1,)):  # `num_register_tokens=0`
+        del tensors["embeddings.register_tokens"]
+    for key in [k for k in tensors if k.endswith(".attention.k_proj.weight") and qkv_bias and not key_bias]:
         zeros = np.zeros(tensors[key].shape[0], np.float32)
         tensors[key[: -len("weight")] + "bias"] = LazyArray.wrap(zeros, "zero key bias")
     for key in [k for k in tensors if ".mlp.gate_proj." in k]:
@@ -187,12 +201,13 @@ def prepare_dinov3(raw):
 
 
 def metadata_dinov3(raw, tensors):
-    """`metadata`, with the rope period (`rope_theta`, default 100), no key bias and
+    """`metadata`, with the rope period (`rope_theta`, default 100), the key bias (default none) and
     `DINOv3ViTConfig`'s LayerNorm epsilon (1e-5)."""
     config = _config(raw)
     gated = any(".mlp.gate_proj." in k for k in raw.tensors)
     meta = metadata(raw, tensors, preprocessing="dinov3", gelu=not gated)
-    return dataclasses.replace(meta, rope_theta=config.get("rope_theta", 100.0), key_bias=False,
+    key_bias = _dinov3_biases(config, raw.path)[1]
+    return dataclasses.replace(meta, rope_theta=config.get("rope_theta", 100.0), key_bias=key_bias,
                                layer_norm_epsilon=config.get("layer_norm_eps", 1e-5))
 
 
@@ -294,20 +309,26 @@ SIGLIP2 = Format(
 )
 
 
-# What each family's transformers model holds (`Checkpoint` properties); anything else is refused.
+# What each family's transformers model holds (`Checkpoint` properties and `architecture()`
+# arguments); anything else is refused.
+_BIASES = dict(qkv_bias=True, proj_bias=True, mlp_bias=True)
 _NEEDS = {
+    "ViT": _BIASES,
     "DeiT": dict(distillation_token=True, num_registers=0, position_embedding="learned", layer_scale=False,
-                 mlp="gelu", stem=None, representation_size=None),
+                 mlp="gelu", stem=None, representation_size=None, **_BIASES),
     "DINOv2": dict(class_token=True, distillation_token=False, position_embedding="learned", layer_scale=True,
-                   stem=None, classes=None, representation_size=None),
+                   stem=None, classes=None, representation_size=None, **_BIASES),
+    "DINOv3": dict(class_token=True, distillation_token=False, position_embedding="rope", layer_scale=True,
+                   stem=None, classes=None, representation_size=None, fc_norm=False),
     "SigLIP": dict(distillation_token=False, num_registers=0, position_embedding="learned", layer_scale=False,
-                   mlp="gelu", stem=None, classes=None, representation_size=None),
+                   mlp="gelu", stem=None, classes=None, representation_size=None, **_BIASES),
 }
 
 
 def _check(ckpt, family):
+    architecture = ckpt.architecture()
     for name, wanted in _NEEDS[family].items():
-        found = getattr(ckpt, name)
+        found = architecture[name] if name in _BIASES else getattr(ckpt, name)
         if found != wanted:
             raise ValueError(
                 f"Cannot export {ckpt.path} as a Hugging Face {family} model: it has {name}={found!r}, "
@@ -384,16 +405,81 @@ def _write_siglip(folder, ckpt):
                  hf_preprocessor_config(ckpt, "SiglipImageProcessor"))
 
 
+def _write_dinov3(folder, ckpt):
+    """A `DINOv3ViTModel` (no head): the q / k / v biases as `query_bias` / `key_bias` / `value_bias`,
+    SwiGLU's `[gate | value]` as `gate_proj` / `up_proj`, the mask token (pre-training only) zero."""
+    _check(ckpt, "DINOv3")
+    if ckpt.rope_form not in (None, "dinov3"):
+        raise ValueError(f"Cannot export {ckpt.path} as a Hugging Face DINOv3 model: it has rope_form="
+                         f"{ckpt.rope_form!r}, DINOv3ViTModel rotates DINOv3's form only; save it with model.save('x.keras').")
+    architecture = ckpt.architecture()
+    swiglu = ckpt.mlp == "swiglu"
+    theirs = DINOV3.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to hf")
+    key_bias = architecture["qkv_bias"] and ckpt.key_bias is not False
+    tensors = {}
+    for key, value in theirs.items():
+        if key.endswith(".attention.k_proj.bias") and not key_bias:
+            continue
+        if swiglu and ".mlp.up_proj." in key:
+            half = value.shape[0] // 2
+            tensors[key.replace(".up_proj.", ".gate_proj.")], value = value.rows(0, half), value.rows(half, 2 * half)
+        tensors[key] = value
+    width = ckpt.hidden_dim
+    tensors["embeddings.mask_token"] = LazyArray.wrap(np.zeros((1, 1, width), np.float32), "mask token")
+    tensors.setdefault("embeddings.register_tokens", LazyArray.wrap(np.zeros((1, 0, width), np.float32), "registers"))
+    config = {
+        **common_config(ckpt, "DINOv3ViTModel", "dinov3_vit"),
+        "hidden_act": "silu" if swiglu else "gelu" if ckpt.approximate_gelu is False else "gelu_pytorch_tanh",
+        "intermediate_size": ckpt.mlp_dim,
+        "rope_theta": ckpt.rope_theta,
+        "query_bias": architecture["qkv_bias"],
+        "key_bias": key_bias,
+        "value_bias": architecture["qkv_bias"],
+        "proj_bias": architecture["proj_bias"],
+        "mlp_bias": architecture["mlp_bias"],
+        "use_gated_mlp": swiglu,
+        "num_register_tokens": ckpt.num_registers,
+        "layerscale_value": 1.0,
+        "attention_dropout": 0.0,
+        "drop_path_rate": 0.0,
+    }
+    write_folder(folder, tensors, config, hf_preprocessor_config(ckpt, "DINOv3ViTImageProcessor"))
+
+
+def _write_siglip2(folder, ckpt):
+    """A `Siglip2VisionModel`: the patch embedding as the `nn.Linear` over each patch's pixels (row
+    by row, channels last), the position grid's `num_patches` rows as an `nn.Embedding`."""
+    _check(ckpt, "SigLIP")
+    theirs = SIGLIP2.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to hf")
+    posemb, patch = "embeddings.position_embedding.weight", "embeddings.patch_embedding.weight"
+    theirs[posemb] = theirs[posemb].reshape(*theirs[posemb].shape[1:])
+    theirs[patch] = theirs[patch].transpose(0, 2, 3, 1).reshape(ckpt.hidden_dim, -1)
+    config = {key: value for key, value in common_config(ckpt, "Siglip2VisionModel", "siglip2_vision_model").items()
+              if key != "image_size"}
+    config.update(intermediate_size=ckpt.mlp_dim, attention_dropout=0.0, vision_use_head=MAP + "probe" in ckpt.tensors,
+                  num_patches=math.prod(ckpt.patch_grid))
+    preprocessor = {key: value for key, value in hf_preprocessor_config(ckpt, "Siglip2ImageProcessor").items()
+                    if key != "size"}
+    preprocessor.update(resample=RESAMPLE["bilinear"], patch_size=ckpt.patch_size, max_num_patches=config["num_patches"])
+    write_folder(folder, theirs, config, preprocessor)  # transformers 5's names: no `vision_model.`
+
+
 def write(folder, ckpt):
     """The transformers folder of `ckpt`'s family (see the module docstring)."""
     if ckpt.distillation_token:
         return _write_deit(folder, ckpt)
+    if ckpt.naflex:
+        return _write_siglip2(folder, ckpt)
+    if ckpt.position_embedding == "rope" or ckpt.key_bias is False:
+        return _write_dinov3(folder, ckpt)
     if ckpt.layer_scale or ckpt.num_registers:
         return _write_dinov2(folder, ckpt)
     if not ckpt.class_token:
         return _write_siglip(folder, ckpt)
+    _check(ckpt, "ViT")
     return huggingface.write(folder, ckpt)
 
 
 # The "hf" format, writing each family's model.
-HF = dataclasses.replace(huggingface.FORMAT, write=write)
+HF = dataclasses.replace(huggingface.FORMAT, write=write, writes_rope=True, writes_naflex=True,
+                         block_options=tuple(_BIASES))
