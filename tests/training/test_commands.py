@@ -10,12 +10,8 @@ from PIL import Image
 
 from keras_vit.cli import main
 from keras_vit.inference import serving as export_lib
+from tests.support.commands import TINY_TRAIN_FLAGS
 
-TINY_FLAGS = [
-    "--image-size", "8", "--patch-size", "2", "--hidden-dim", "16", "--depth", "1", "--num-heads", "2",
-    "--mlp-dim", "32", "--epochs", "1", "--tensorboard", "false", "--verbose", "0",
-    "--set", f"jit_compile={keras.backend.backend() == 'jax'}",
-]
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +23,7 @@ def trained(tmp_path_factory):
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["train", "--output-dir", str(run_dir), *TINY_FLAGS]) == 0
+        assert main(["train", "--output-dir", str(run_dir), *TINY_TRAIN_FLAGS]) == 0
     return run_dir, out.getvalue()
 
 
@@ -41,7 +37,7 @@ def test_train_reports_metrics_and_where_the_model_is(trained):
 
 def test_resume_with_other_settings_names_the_command_line_way_out(trained, capsys):
     run_dir, _ = trained
-    assert main(["train", "--output-dir", str(run_dir), *TINY_FLAGS, "--batch-size", "32"]) == 2
+    assert main(["train", "--output-dir", str(run_dir), *TINY_TRAIN_FLAGS, "--batch-size", "32"]) == 2
     error = capsys.readouterr().err
     assert "different settings (batch_size: 64 -> 32)" in error and error.count("\n") == 1
     assert "--fresh" in error and "--output-dir" in error and "resume=False" not in error
@@ -80,7 +76,7 @@ def test_train_from_pretrained_weights_starts_from_them(trained, tmp_path, capsy
     """`--weights` goes through the builders' `weights=`: with lr 0 the model is the checkpoint."""
     run_dir, output = trained
     top1 = re.search(r"Validation top-1 (0\.\d{4})", output).group(1)
-    flags = [*TINY_FLAGS, "--weights", str(run_dir / "best.keras"), "--learning-rate", "0"]
+    flags = [*TINY_TRAIN_FLAGS, "--weights", str(run_dir / "best.keras"), "--learning-rate", "0"]
     assert main(["train", "--output-dir", str(tmp_path / "ft"), *flags]) == 0
     assert f"Validation top-1 {top1}" in capsys.readouterr().out
 

@@ -4,8 +4,7 @@ derived from their one declaration in `model_config`."""
 import keras
 
 from keras_vit.cli import main
-from tests.support.commands import fails
-from tests.training.test_commands import TINY_FLAGS
+from tests.support.commands import TINY_TRAIN_FLAGS, fails
 
 OPTIONS = ["--set", "qk_norm=true", "--set", "norm=rmsnorm", "--set", "qkv_bias=false", "--set", "mlp=swiglu",
            "--set", "layer_scale_init=0.5", "--set", "patch_drop_rate=0.25", "--patch-norm", "true",
@@ -14,7 +13,7 @@ OPTIONS = ["--set", "qk_norm=true", "--set", "norm=rmsnorm", "--set", "qkv_bias=
 
 def test_a_run_builds_and_saves_the_model_with_the_options_set(tmp_path):
     run_dir = tmp_path / "run"
-    assert main(["train", "--output-dir", str(run_dir), *TINY_FLAGS, *OPTIONS]) == 0
+    assert main(["train", "--output-dir", str(run_dir), *TINY_TRAIN_FLAGS, *OPTIONS]) == 0
     model = keras.saving.load_model(run_dir / "final.keras")
     encoder = model.get_layer("encoder").get_config()
     assert {k: encoder[k] for k in ("qk_norm", "norm", "qkv_bias", "mlp", "layer_scale_init", "mlp_bias",
