@@ -23,6 +23,17 @@ def _save(folder, **options):
     return model
 
 
+def _assert_matches(model, reference, sizes, seed):
+    """keras_vit's tokens and class token within TOLERANCE of transformers' at each size."""
+    for size in sizes:
+        x = np.random.default_rng(seed).uniform(-1, 1, (2, *size, 3)).astype(np.float32)
+        with torch.no_grad():
+            expected = reference(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)))
+        tokens = keras.ops.convert_to_numpy(model(x))
+        np.testing.assert_allclose(tokens, expected.last_hidden_state.numpy(), atol=TOLERANCE, rtol=0)
+        np.testing.assert_allclose(tokens[:, 0], expected.pooler_output.numpy(), atol=TOLERANCE, rtol=0)
+
+
 @pytest.mark.parametrize("options", [{}, dict(use_gated_mlp=True, hidden_act="silu", rope_theta=50.0),
                                      dict(proj_bias=False, mlp_bias=False)],
                          ids=["mlp", "swiglu", "bias_free"])
@@ -31,13 +42,7 @@ def test_dinov3_matches_transformers_at_three_sizes(tmp_path, options):
     model = keras_vit.from_checkpoint(str(tmp_path), input_shape=(None, None, 3))
     assert model.preprocessing == "dinov3"
     assert not [w for w in model.weights if "posembed" in w.path]
-    for size in ((16, 16), (24, 24), (12, 20)):
-        x = np.random.default_rng(0).uniform(-1, 1, (2, *size, 3)).astype(np.float32)
-        with torch.no_grad():
-            expected = reference(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)))
-        tokens = keras.ops.convert_to_numpy(model(x))
-        np.testing.assert_allclose(tokens, expected.last_hidden_state.numpy(), atol=TOLERANCE, rtol=0)
-        np.testing.assert_allclose(tokens[:, 0], expected.pooler_output.numpy(), atol=TOLERANCE, rtol=0)
+    _assert_matches(model, reference, ((16, 16), (24, 24), (12, 20)), seed=0)
 
 
 def test_dinov3_options_keras_vit_cannot_run_are_refused_in_one_line(tmp_path):
@@ -79,13 +84,7 @@ def test_dinov3_exports_to_transformers_and_reads_back_the_same(tmp_path, option
     model = keras_vit.from_checkpoint(str(tmp_path / "in"), input_shape=(None, None, 3))
     keras_vit.weights.export(model, tmp_path / "out", format="hf")
     exported = transformers.DINOv3ViTModel.from_pretrained(tmp_path / "out").eval()
-    for size in ((16, 16), (12, 20)):
-        x = np.random.default_rng(1).uniform(-1, 1, (2, *size, 3)).astype(np.float32)
-        with torch.no_grad():
-            expected = exported(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)))
-        tokens = keras.ops.convert_to_numpy(model(x))
-        np.testing.assert_allclose(tokens, expected.last_hidden_state.numpy(), atol=TOLERANCE, rtol=0)
-        np.testing.assert_allclose(tokens[:, 0], expected.pooler_output.numpy(), atol=TOLERANCE, rtol=0)
+    _assert_matches(model, exported, ((16, 16), (12, 20)), seed=1)
     assert main(["convert", str(tmp_path / "in"), str(tmp_path / "converted"), "--format", "hf"]) == 0
     original = load_file(str(tmp_path / "in" / "model.safetensors"))
     for folder in ("out", "converted"):
