@@ -120,6 +120,8 @@ def test_naflex_options_are_checked():
         naflex_inputs([np.zeros((8, 8, 3))], patch_size=4, max_num_patches=0)
     with pytest.raises(ValueError, match=r"Image 0 has shape \(8, 8\)"):
         naflex_inputs([np.zeros((8, 8))], patch_size=4)
+    with pytest.raises(ValueError, match="model is a int, not a NaFlex model; without a model give patch_size="):
+        naflex_inputs([np.zeros((8, 8, 3))], 4)
 
 
 def test_features_predict_and_export_take_naflex_inputs(folder, tmp_path):
