@@ -14,7 +14,7 @@ from keras_vit.weights.variables import NORM_VARIABLES, TABLE
 # The variable names of a layer, in storage order, by the layer's name.
 VARIABLES = {"class_token": ("cls",), "posembed_input": ("pos_embedding",), "ln_1": NORM_VARIABLES,
              "ln_2": NORM_VARIABLES, "encoder_norm": NORM_VARIABLES, "ls_1": ("gamma",), "ls_2": ("gamma",),
-             "attention": ("rope_frequencies",)}
+             "attention": ("rope_frequencies",), "norm": NORM_VARIABLES}
 _STORED = re.compile(r"(?P<layer>.*?)(?P<name>[^/]+)/vars/(?P<position>\d+)\Z")
 
 
@@ -49,6 +49,8 @@ def metadata(raw, tensors):
     return Metadata(
         rope_theta=encoder.get("rope_theta", 100.0) if rope else None,
         rope_form=encoder.get("rope_form") if rope else None,
+        rope_indexing=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("indexing"),
+        rope_reference_grid=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("reference_grid"),
         key_bias=encoder.get("key_bias"),
         approximate_gelu=encoder.get("approximate_gelu"),
         num_heads=encoder.get("num_heads"),

@@ -4,7 +4,8 @@ form, period 100) and `vit_*_patch16_rope_mixed_224` (RoPE-Mixed: the learned fr
 (key lists from timm's `eva.py`: a fused `qkv` with bias, `gamma_1` / `gamma_2` LayerScale, a GELU
 `Mlp`, the final `norm`, the class token unrotated, no position table). Renamed to timm's
 `VisionTransformer` names and read through its table (less the position table, as DINOv3's).
-The `_ape` variants and EVA-02, which add an absolute position table to the rotations, are refused."""
+The `_ape` variants, which add an absolute position table of the patches only, are refused (EVA-02,
+whose table has the class token's row, is `formats.eva`'s); `format="timm_eva"` writes this layout."""
 
 import re
 
@@ -29,9 +30,9 @@ def detect(raw):
 def prepare(raw):
     """timm `VisionTransformer` names, `rope.freqs` split into its blocks'."""
     if "pos_embed" in raw.tensors:
-        raise ValueError(f"{raw.path}: an Eva model with both an absolute position table and rotary embeddings "
-                         "(timm's `vit_*_patch16_rope*_ape_224`, EVA-02) is not supported; the RoPE-ViT models without "
-                         "`_ape` are.")
+        raise ValueError(f"{raw.path}: a RoPE-ViT model with an absolute position table of the patches only (timm's "
+                         "`vit_*_patch16_rope*_ape_224`, `no_embed_class`) is not supported; the RoPE-ViT models without "
+                         "`_ape` and EVA-02 are.")
     tensors = {}
     for key, value in raw.tensors.items():
         if key == FREQS:
