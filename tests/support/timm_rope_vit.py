@@ -49,14 +49,18 @@ def apply(x, sin, cos, half=False):
 
 
 def forward(sd, image, heads, mixed=False, temperature=100.0, eps=1e-6, prefix_rotated=False, half=False,
-            swap_xy=False):
-    """timm `Eva` (`vit_*_patch16_rope*_224`) logits of the NCHW `image` from the state dict `sd`
-    (torch tensors); the keyword flags are mutations for the tests."""
+            swap_xy=False, table=True):
+    """timm `Eva` (`vit_*_patch16_rope*[_ape]_224`) logits of the NCHW `image` from the state dict `sd`
+    (torch tensors); the keyword flags are mutations for the tests. An `_ape` table (`no_embed_class`)
+    is added to the patch tokens before the class token is put first."""
     sd = {k: torch.as_tensor(np.asarray(v)) for k, v in sd.items()}
     x = F.conv2d(image, sd["patch_embed.proj.weight"], sd["patch_embed.proj.bias"],
                  stride=sd["patch_embed.proj.weight"].shape[-1])
     batch, width, h, w = x.shape
-    x = torch.cat([sd["cls_token"].expand(batch, -1, -1), x.flatten(2).transpose(1, 2)], dim=1)
+    x = x.flatten(2).transpose(1, 2)
+    if "pos_embed" in sd and table:
+        x = x + resample_pos_embed(sd["pos_embed"], h, w, prefix=0)
+    x = torch.cat([sd["cls_token"].expand(batch, -1, -1), x], dim=1)
     head_dim, depth = width // heads, 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
     npt = 0 if prefix_rotated else 1
     for i in range(depth):
@@ -98,8 +102,9 @@ def shapes(width, depth, heads, mlp, patch=16, classes=1000, mixed=False):
     return out
 
 
-def state_dict(rng, width=32, depth=2, heads=2, mlp=64, patch=4, classes=5, mixed=False):
-    """Random float32 weights under timm's key names (`shapes`): norms and LayerScale near 1 / 0.5,
+def state_dict(rng, width=32, depth=2, heads=2, mlp=64, patch=4, classes=5, mixed=False, ape_grid=None):
+    """Random float32 weights under timm's key names (`shapes`, and an `ape_grid` x `ape_grid` `_ape` table
+    where given): norms and LayerScale near 1 / 0.5,
     projections scaled by their fan-in, the mixed frequencies larger than timm's initial ones
     (so that every rotation matters)."""
     sd = {}
@@ -116,6 +121,8 @@ def state_dict(rng, width=32, depth=2, heads=2, mlp=64, patch=4, classes=5, mixe
         elif key.endswith("bias"):
             noise = noise * 0.1
         sd[key] = noise
+    if ape_grid:  # the `_ape` variants' table of the patches only
+        sd["pos_embed"] = 0.5 * rng.normal(size=(1, ape_grid * ape_grid, width))
     return {k: np.asarray(v, np.float32) for k, v in sd.items()}
 
 

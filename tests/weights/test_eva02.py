@@ -49,10 +49,11 @@ def test_loads_and_matches_timm_at_three_sizes(tmp_path, rng, unfused):
             assert np.abs(wrong - expected).max() > 1e-3, mutation
 
 
-@pytest.mark.parametrize("kind", ["eva02_ti_s", "eva02_b_l", "rope_axial", "rope_mixed"])
+@pytest.mark.parametrize("kind", ["eva02_ti_s", "eva02_b_l", "rope_axial", "rope_mixed", "rope_axial_ape",
+                                  "rope_mixed_ape"])
 def test_a_timm_file_read_and_written_back_is_identical_key_for_key(tmp_path, rng, kind):
     sd = (reference.eva02_state_dict(rng, unfused=kind == "eva02_b_l") if kind.startswith("eva02")
-          else reference.state_dict(rng, mixed=kind == "rope_mixed"))
+          else reference.state_dict(rng, mixed="mixed" in kind, ape_grid=4 if "ape" in kind else None))
     src = write(tmp_path / "in.safetensors", sd)
     keras_vit.weights.convert_checkpoint(src, str(tmp_path / "out.safetensors"), format="timm_eva", num_heads=HEADS)
     back, _ = read_safetensors(str(tmp_path / "out.safetensors"))

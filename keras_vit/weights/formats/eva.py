@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_vit.weights import containers
 from keras_vit.weights.canonical import MLP_NORM, POSEMB, Metadata
-from keras_vit.weights.formats import dinov3, rope_vit
+from keras_vit.weights.formats import dinov3, rope_vit, timm
 from keras_vit.weights.formats.base import BLOCK_OPTIONS, Format
 from keras_vit.weights.formats.common import norm_rows
 from keras_vit.weights.lazy import LazyArray, concat
@@ -103,14 +103,17 @@ def write(path, ckpt):
                          "(RoPE-ViT, EVA-02); " + ("use format='timm_dinov3'." if ckpt.position_embedding == "rope"
                                                     else "use format='timm'."))
     ckpt.require_class_token_head("timm_eva")
-    tensors = _eva_names(ckpt, FORMAT.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to timm_eva"))
+    tensors = ckpt.tensors
+    if ckpt.rope_absolute and ckpt.layer_scale:  # RoPE-ViT `_ape`: timm's `no_embed_class` table
+        tensors = timm.without_embed_class(tensors, ckpt.position_prefix)
+    tensors = _eva_names(ckpt, FORMAT.from_canonical(tensors, ckpt.num_heads, f"export of {ckpt.path} to timm_eva"))
     raw = containers.RawCheckpoint(path, "safetensors", tensors)
     reader = next((f for f in (FORMAT, rope_vit.FORMAT) if f.detect(raw)), None)
-    implied = reader and _settings(reader.metadata(raw, tensors), reader is FORMAT)
+    implied = reader and _settings(reader.metadata(raw, tensors), "pos_embed" in tensors)
     if implied != _settings(ckpt, ckpt.rope_absolute):
         raise ValueError(
             f"{ckpt.path}: timm's Eva layout records EVA-02's rotary settings (a position table, no LayerScale, period "
-            f"{THETA:g}, 'ij', reference grid {REFERENCE_GRID}) and RoPE-ViT's (LayerScale, no table, axial period "
+            f"{THETA:g}, 'ij', reference grid {REFERENCE_GRID}) and RoPE-ViT's (LayerScale, axial period "
             f"{rope_vit.AXIAL_THETA:g} or mixed, 'xy', no reference grid) only; this model has (table, period, form, "
             f"indexing, reference grid) = {_settings(ckpt, ckpt.rope_absolute)}: save it with model.save('x.keras').")
     containers.write_safetensors(path, {k: v.astype(np.float32) for k, v in tensors.items()}, {"format": "pt"})
