@@ -45,8 +45,10 @@ FAMILIES = {
     "DINOv37B16": dict(_DINOV3, hidden_dim=4096, depth=40, num_heads=32, mlp_dim=8192, mlp="swiglu", qkv_bias=False),
     # Naver's RoPE-ViT (Heo et al., 2024), timm's `vit_*_patch16_rope[_mixed]_224`: DeiT III blocks (LayerScale),
     # the class token, no position table; the axial rotary form (period 100) or RoPE-Mixed (learned frequencies).
-    **{f"RoPE{kind}ViT{size}16": dict(base, hidden_dim=d, depth=n, num_heads=h, mlp_dim=4 * d)
-       for kind, base in (("", _ROPE_VIT), ("Mixed", _ROPE_MIXED))
+    # The `_ape` variants (`vit_*_patch16_rope[_mixed]_ape_224`): a learned table of the patches besides the rotations.
+    **{f"RoPE{kind}{ape}ViT{size}16": dict(base, hidden_dim=d, depth=n, num_heads=h, mlp_dim=4 * d,
+                                           **({"rope_absolute": True} if ape else {}))
+       for kind, base in (("", _ROPE_VIT), ("Mixed", _ROPE_MIXED)) for ape in ("", "APE")
        for size, d, n, h in (("S", 384, 12, 6), ("B", 768, 12, 12), ("L", 1024, 24, 16))},
     # EVA-02 (Fang et al., 2023) at the size of its ImageNet-1k fine-tuned files; B / L with the MLP's inner norm.
     "EVA02Ti14": dict(_EVA02, hidden_dim=192, depth=12, num_heads=3, mlp_dim=512, input_size=336),

@@ -182,7 +182,9 @@ ENTRIES = [
     *_family("DINOv37B16", "dinov3", 224, None, "vit_7b_patch16_dinov3.lvd1689m", "vit_7b_patch16_dinov3.sat493m",
              license="dinov3-license"),
     *(entry for size, name in (("S", "small"), ("B", "base"), ("L", "large")) for kind, tag in (("", ""), ("Mixed", "_mixed"))
-      for entry in _family(f"RoPE{kind}ViT{size}16", "deit", 224, 1000, f"vit_{name}_patch16_rope{tag}_224.naver_in1k")),
+      for ape in ("", "APE")
+      for entry in _family(f"RoPE{kind}{ape}ViT{size}16", "deit", 224, 1000,
+                           f"vit_{name}_patch16_rope{tag}{'_ape' if ape else ''}_224.naver_in1k")),
     # EVA-02 (timm `eva.py`, MIT): the ImageNet-1k fine-tuned files, and the MIM pre-trained ones (224 px, no head).
     *_family("EVA02Ti14", "eva02", 336, 1000, "eva02_tiny_patch14_336.mim_in22k_ft_in1k", license="mit"),
     *_family("EVA02S14", "eva02", 336, 1000, "eva02_small_patch14_336.mim_in22k_ft_in1k", license="mit"),
