@@ -88,3 +88,52 @@ def test_settings_the_layout_does_not_hold_are_refused_in_one_line(tmp_path):
 def test_impossible_combinations_are_refused_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ViTConfig(**kwargs)
+
+
+def test_keras_vit_convert_writes_the_eva_layout_and_refuses_other_forms_with_exit_2(tmp_path, rng, capsys):
+    from keras_vit.cli import main
+    from tests.support.commands import fails
+
+    sd = reference.eva02_state_dict(rng)
+    src = write(tmp_path / "in.safetensors", sd)
+    assert main(["convert", src, str(tmp_path / "out.safetensors"), "--format", "timm_eva", "--num-heads", "2"]) == 0
+    assert sorted(read_safetensors(str(tmp_path / "out.safetensors"))[0]) == sorted(sd)
+    dinov3 = write(tmp_path / "dinov3.safetensors", {**reference.state_dict(rng), "reg_token": sd["cls_token"]})
+    fails(["convert", dinov3, tmp_path / "x.safetensors", "--format", "timm_eva", "--num-heads", "2"], capsys,
+          "use format='timm_dinov3'")
+    assert not os.path.exists(tmp_path / "x.safetensors")
+
+
+def test_a_saved_keras_file_reads_back_its_order_reference_grid_and_table(tmp_path, rng):
+    sd = reference.eva02_state_dict(rng, unfused=True)
+    model = keras_vit.from_checkpoint(write(tmp_path / "m.safetensors", sd), num_heads=HEADS, classifier_activation=None,
+                                      input_shape=(None, None, 3))
+    model.save(str(tmp_path / "m.keras"))
+    again = keras_vit.from_checkpoint(str(tmp_path / "m.keras"), input_shape=(None, None, 3), classifier_activation=None)
+    rope = again.get_layer("rope_input")
+    assert (rope.indexing, rope.reference_grid) == ("ij", (16, 16))
+    image = rng.uniform(-1, 1, (1, 3, 12, 20)).astype("float32")
+    np.testing.assert_array_equal(logits(again, image), logits(model, image))
+
+
+def test_named_entry_builds_its_model_from_the_cached_file(tmp_path, rng, monkeypatch):
+    """A named EVA-02 entry (its file in the cache: no download) gives the builder its weights and preprocessing."""
+    from keras_vit.family_variants import FAMILIES
+    from keras_vit.weights import WeightsEntry, registry
+
+    architecture = dict(FAMILIES["EVA02B14"], patch_size=4, hidden_dim=32, depth=2, num_heads=HEADS, mlp_dim=48,
+                        input_size=16, classes=5)
+    monkeypatch.setitem(FAMILIES, "EVA02Test", architecture)
+    entry = WeightsEntry("EVA02Test", "eva02_test_patch4_16.mim_in22k_ft_in1k", 16, 5, None, "safetensors",
+                         "https://example.invalid/model.safetensors", license="mit", preprocessing="eva02")
+    monkeypatch.setattr(registry, "ENTRIES", [entry])
+    sd = reference.eva02_state_dict(rng, unfused=True)
+    path = registry.cache_path(entry)
+    os.makedirs(os.path.dirname(path))
+    write_safetensors(path, sd, {"format": "pt"})
+    args = {k: v for k, v in architecture.items() if k != "input_size"}
+    model = keras_vit.VisionTransformer(**args, weights=entry.name, classifier_activation=None, input_shape=(16, 16, 3))
+    assert model.preprocessing == "eva02" and "mit" in registry.weights_table("EVA02Test")
+    image = rng.uniform(-1, 1, (2, 3, 16, 16)).astype("float32")
+    expected = reference.eva02_forward(sd, torch.from_numpy(image), HEADS).numpy()
+    np.testing.assert_allclose(logits(model, image), expected, atol=1e-5, rtol=1e-5)

@@ -14,7 +14,7 @@ from keras_vit.weights.variables import NORM_VARIABLES, TABLE
 # The variable names of a layer, in storage order, by the layer's name.
 VARIABLES = {"class_token": ("cls",), "posembed_input": ("pos_embedding",), "ln_1": NORM_VARIABLES,
              "ln_2": NORM_VARIABLES, "encoder_norm": NORM_VARIABLES, "ls_1": ("gamma",), "ls_2": ("gamma",),
-             "attention": ("rope_frequencies",), "norm": NORM_VARIABLES}
+             "attention": ("rope_frequencies",), "norm": NORM_VARIABLES, "fc_norm": NORM_VARIABLES}
 _STORED = re.compile(r"(?P<layer>.*?)(?P<name>[^/]+)/vars/(?P<position>\d+)\Z")
 
 
