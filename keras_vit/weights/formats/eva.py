@@ -16,12 +16,12 @@ import dataclasses
 import numpy as np
 
 from keras_vit.weights import containers
-from keras_vit.weights.canonical import MLP_NORM, POSEMB, Metadata
+from keras_vit.weights.canonical import MLP_NORM, Metadata
 from keras_vit.weights.formats import dinov3, rope_vit, timm
 from keras_vit.weights.formats.base import BLOCK_OPTIONS, Format
 from keras_vit.weights.formats.common import norm_rows
 from keras_vit.weights.lazy import LazyArray, concat
-from keras_vit.weights.table import Table, pairs
+from keras_vit.weights.table import Table
 
 # EVA-02's rotary settings (timm `Eva` defaults and its model definitions), LayerNorm epsilon (timm's `LayerNorm`).
 THETA, INDEXING, REFERENCE_GRID, EPSILON = 10000.0, "ij", (16, 16), 1e-6
@@ -89,9 +89,11 @@ def _eva_names(ckpt, tensors):
 
 
 def _settings(meta, table):
-    """What of a model timm's Eva file does not hold but its layout implies."""
+    """What of a model timm's Eva file does not hold but its layout implies (the mixed form's period only
+    initialises the frequencies the file holds)."""
     grid = meta.rope_reference_grid
-    return (bool(table), float(meta.rope_theta), meta.rope_form, meta.rope_indexing or "xy",
+    theta = None if meta.rope_form == "mixed" else float(meta.rope_theta)
+    return (bool(table), theta, meta.rope_form, meta.rope_indexing or "xy",
             None if grid is None else tuple(int(n) for n in grid))
 
 
@@ -121,8 +123,7 @@ def write(path, ckpt):
 
 FORMAT = Format(
     name="eva_torch",
-    table=Table(rope_vit.FORMAT.table.rows + pairs((POSEMB, "pos_embed"), optional=True)
-                + norm_rows(MLP_NORM, "blocks.{i}.mlp.norm.", optional=True)),
+    table=Table(rope_vit.FORMAT.table.rows + norm_rows(MLP_NORM, "blocks.{i}.mlp.norm.", optional=True)),
     detect=detect,
     prepare=prepare,
     metadata=metadata,
