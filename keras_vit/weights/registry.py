@@ -276,7 +276,7 @@ def entries(variant=None):
 
 # What tells the named models apart besides the five numbers (a DeiT-B/16 has ViT-B/16's).
 # Register tokens do not: DINOv2's `reg4` files are entries of the DINOv2 models.
-_OPTIONS = ("class_token", "distillation_token", "position_embedding", "rope_form", "mlp")
+_OPTIONS = ("class_token", "distillation_token", "position_embedding", "rope_form", "rope_absolute", "mlp")
 
 
 def _signature(args):
