@@ -126,8 +126,10 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         rope["rope"] = position(grid, num_prefix_tokens=config.position_prefix, shift=config.rope_shift,
                                 jitter=config.rope_jitter, rescale=config.rope_rescale, seed=config.seed,
                                 form=config.rope_form, reference_grid=config.rope_reference_grid,
-                                name="posembed_input")(tokens, patches)
-    else:
+                                indexing=config.rope_indexing,
+                                name="rope_input" if config.rope_absolute else "posembed_input")(tokens, patches)
+        position = PositionEmbedding if config.rope_absolute else None  # EVA-02: a learned table as well
+    if position is not None:
         resize = ({"interpolation": config.interpolation or interpolations.DEFAULT} if position is PositionEmbedding
                   else {"form": config.sincos_form})
         tokens = position(grid, num_prefix_tokens=config.position_prefix, name="posembed_input", **resize)(tokens, patches)

@@ -15,6 +15,12 @@ _DINOV3 = dict(patch_size=16, position_embedding="rope", num_registers=4, layer_
 _ROPE_VIT = dict(patch_size=16, position_embedding="rope", rope_form="axial", rope_theta=100.0, layer_scale_init=1e-5,
                  approximate_gelu=False, layer_norm_epsilon=1e-6, input_size=224, preprocessing="deit")
 _ROPE_MIXED = dict(_ROPE_VIT, rope_form="mixed", rope_theta=10.0)
+# EVA-02 (timm `eva02_*_patch14_*`): a learned table besides the 'ij' axial rotation (period 10000, the indices
+# scaled to the 16 x 16 grid of 224 px), q / v biases, SwiGLU (4 * 2/3 of the width), the mean of the patch tokens
+# under `fc_norm`, no LayerScale.
+_EVA02 = dict(patch_size=14, position_embedding="rope", rope_form="axial", rope_theta=10000.0, rope_indexing="ij",
+              rope_reference_grid=(16, 16), rope_absolute=True, key_bias=False, mlp="swiglu", fc_norm=True, pooling="avg",
+              approximate_gelu=False, layer_norm_epsilon=1e-6, preprocessing="eva02")
 _SIGLIP = dict(class_token=False, pooling="map", approximate_gelu=True, input_size=224, include_top=False,
                preprocessing="siglip")
 _AIMV2 = dict(patch_size=14, class_token=False, norm="rmsnorm", patch_norm=True, mlp="swiglu", qkv_bias=False,
@@ -42,9 +48,16 @@ FAMILIES = {
     "DINOv37B16": dict(_DINOV3, hidden_dim=4096, depth=40, num_heads=32, mlp_dim=8192, mlp="swiglu", qkv_bias=False),
     # Naver's RoPE-ViT (Heo et al., 2024), timm's `vit_*_patch16_rope[_mixed]_224`: DeiT III blocks (LayerScale),
     # the class token, no position table; the axial rotary form (period 100) or RoPE-Mixed (learned frequencies).
-    **{f"RoPE{kind}ViT{size}16": dict(base, hidden_dim=d, depth=n, num_heads=h, mlp_dim=4 * d)
-       for kind, base in (("", _ROPE_VIT), ("Mixed", _ROPE_MIXED))
+    # The `_ape` variants (`vit_*_patch16_rope[_mixed]_ape_224`): a learned table of the patches besides the rotations.
+    **{f"RoPE{kind}{ape}ViT{size}16": dict(base, hidden_dim=d, depth=n, num_heads=h, mlp_dim=4 * d,
+                                           **({"rope_absolute": True} if ape else {}))
+       for kind, base in (("", _ROPE_VIT), ("Mixed", _ROPE_MIXED)) for ape in ("", "APE")
        for size, d, n, h in (("S", 384, 12, 6), ("B", 768, 12, 12), ("L", 1024, 24, 16))},
+    # EVA-02 (Fang et al., 2023) at the size of its ImageNet-1k fine-tuned files; B / L with the MLP's inner norm.
+    "EVA02Ti14": dict(_EVA02, hidden_dim=192, depth=12, num_heads=3, mlp_dim=512, input_size=336),
+    "EVA02S14": dict(_EVA02, hidden_dim=384, depth=12, num_heads=6, mlp_dim=1024, input_size=336),
+    "EVA02B14": dict(_EVA02, hidden_dim=768, depth=12, num_heads=12, mlp_dim=2048, mlp_norm=True, input_size=448),
+    "EVA02L14": dict(_EVA02, hidden_dim=1024, depth=24, num_heads=16, mlp_dim=2730, mlp_norm=True, input_size=448),
     # SigLIP image towers (Zhai et al., 2023): no class token, MAP head, tanh GELU.
     "SigLIPB16": dict(_SIGLIP, patch_size=16, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
     "SigLIPSo400m14": dict(_SIGLIP, patch_size=14, hidden_dim=1152, depth=27, num_heads=16, mlp_dim=4304),

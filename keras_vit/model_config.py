@@ -31,6 +31,7 @@ NORMS = ("layernorm", "rmsnorm")
 ROPE_FORMS = ("dinov3", "axial", "mixed")  # the 2-D rotary forms (`keras_vit.layers.rope`)
 SINCOS_FORMS = ("big_vision", "mae")  # the sincos2d frequencies (`keras_vit.layers.sincos_position_embedding`)
 MAP_HEADS = ("big_vision", "aimv2")  # the MAP heads (`keras_vit.layers.map_head`)
+ROPE_INDEXINGS = ("xy", "ij")  # the axial form's grid order (timm's `rope_grid_indexing`)
 ENCODER = "encoder"  # `to=` of the options relayed to `keras_vit.layers.Encoder` (and by it to every block)
 
 ARCHITECTURE, HEAD, REGULARISATION, NUMERICS, TOKENS, MODEL = (
@@ -128,6 +129,16 @@ class ViTConfig:
     rope_rescale: Optional[float] = option(
         None, "training-time scaling of both rope axes by a log-uniform draw in [1/rescale, rescale] (DINOv3 "
         "trained with 2); None: off", group=TOKENS, interval="[1, inf)")
+    # EVA-02 (timm `eva.py`): a learned table beside the rotations, the axial grid row-first, the MLP's inner norm.
+    rope_absolute: bool = option(
+        False, "add a learned absolute position table (its first row the class token's, timm's Eva `pos_embed`) to the "
+        "tokens besides the rotations (EVA-02)", group=TOKENS)
+    rope_indexing: str = option(
+        "xy", "the axial form's grid order: 'xy' (RoPE-ViT: the first half of the pairs along the columns) or 'ij' "
+        "(EVA-02: along the rows; timm's `rope_grid_indexing`)", group=TOKENS, choices=ROPE_INDEXINGS)
+    mlp_norm: bool = option(
+        False, "a norm of every MLP's hidden features before its output layer (EVA-02's `scale_mlp`)", group=MODEL,
+        to=ENCODER)
     interpolation: Optional[str] = option(
         None, "how the position embeddings are resized to another image size, at load time and at run time: a "
         "name of `keras_vit.interpolation.INTERPOLATIONS` ('bilinear': the original code's, 'bicubic_antialias': "
@@ -192,6 +203,10 @@ class ViTConfig:
             problem = "fc_norm=True normalises the pooled features; the MAP head has its own LayerNorm: use 'avg' or 'token'."
         elif (self.rope_form != "dinov3" or self.rope_reference_grid) and self.position_embedding != "rope":
             problem = "rope_form / rope_reference_grid need position_embedding='rope'."
+        elif self.rope_absolute and self.position_embedding != "rope":
+            problem = "rope_absolute adds a learned table to the rotary embeddings; use position_embedding='rope' (or 'learned' alone)."
+        elif self.rope_indexing != "xy" and (self.position_embedding != "rope" or self.rope_form != "axial"):
+            problem = "rope_indexing orders the axial form's grid; use position_embedding='rope', rope_form='axial'."
         elif self.rope_reference_grid and self.rope_form != "axial":
             problem = "rope_reference_grid scales the axial form's indices; use rope_form='axial' or None."
         elif self.patch_drop_rate and self.position_embedding == "rope":

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.linear import Linear
+from keras_vit.layers.norms import normalization
 from keras_vit.layers.sublayer import run
 
 
@@ -14,13 +15,17 @@ class MLPBlock(keras.layers.Layer):
     `approximate_gelu=True` is the tanh approximation of the original Flax code;
     `False` is the exact erf GELU of timm and transformers. Subclasses change the hidden
     activation (`activate`) and how many columns per hidden unit `dense_0` has (`packed`).
-    `bias=False`: both layers without bias.
+    `bias=False`: both layers without bias. `hidden_norm` ("layernorm" / "rmsnorm", epsilon
+    `epsilon`): a norm of the hidden features before `dense_1` (EVA-02's `scale_mlp`), None: none.
     """
 
     packed = 1
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, approximate_gelu=True, seed=None, bias=True, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, approximate_gelu=True, seed=None, bias=True, hidden_norm=None,
+                 epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
+        self.hidden_norm, self.epsilon = hidden_norm, float(epsilon)
+        self.norm = None if hidden_norm is None else normalization(hidden_norm, self.epsilon, "norm", self.dtype_policy)
         self.bias = bool(bias)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -39,10 +44,14 @@ class MLPBlock(keras.layers.Layer):
         self.dense_0.build(input_shape)
         self.dense_1 = Linear(input_shape[-1], name="dense_1", **init)
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+        if self.norm is not None:
+            self.norm.build((*input_shape[:-1], self.mlp_dim))
         self.dropout.build(None)  # called through `run`, which does not mark it built
 
     def call(self, x, training=None):
         x = run(self.dropout, self.activate(run(self.dense_0, x)), training=training)
+        if self.norm is not None:
+            x = run(self.norm, x)
         return run(self.dropout, run(self.dense_1, x), training=training)
 
     def activate(self, hidden):
@@ -59,4 +68,6 @@ class MLPBlock(keras.layers.Layer):
             "approximate_gelu": self.approximate_gelu,
             "seed": self.seed,
             "bias": self.bias,
+            "hidden_norm": self.hidden_norm,
+            "epsilon": self.epsilon,
         }

@@ -21,6 +21,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.model_config import ROPE_FORMS as FORMS
+from keras_vit.model_config import ROPE_INDEXINGS as INDEXINGS
 
 THETA = 100.0
 
@@ -118,18 +119,22 @@ class RopePositionEmbedding(keras.layers.Layer):
     float32 `(y, x)` coordinates of the run-time grid, which `Encoder` passes to every block's
     attention; no variables, any grid. `grid_size` is the default grid. `form` "dinov3": the
     patch centres in [-1, 1]; "axial" / "mixed": the integer (row, column) indices, the axial
-    form's scaled to `reference_grid` where given (`grid_indices`).
+    form's scaled to `reference_grid` where given (`grid_indices`) and, `indexing="ij"` (EVA-02),
+    given as (column, row), so that the first half of the pairs turns along the rows.
 
     While training, `shift` adds one uniform draw in `[-shift, shift]` per axis, `jitter`
     multiplies each axis by a log-uniform draw in `[1 / jitter, jitter]` and `rescale` both
     axes by one in `[1 / rescale, rescale]` (DINOv3's augmentation; None: off)."""
 
     def __init__(self, grid_size, num_prefix_tokens=0, shift=None, jitter=None, rescale=None, seed=None,
-                 form="dinov3", reference_grid=None, **kwargs):
+                 form="dinov3", reference_grid=None, indexing="xy", **kwargs):
         super().__init__(**{"dtype": "float32", **kwargs})
         if form not in FORMS:
             raise ValueError(f"Unknown rope form {form!r}; expected one of {FORMS}.")
         self.form = form
+        if indexing not in INDEXINGS:
+            raise ValueError(f"Unknown rope indexing {indexing!r}; expected one of {INDEXINGS}.")
+        self.indexing = indexing
         self.reference_grid = None if reference_grid is None else tuple(int(s) for s in reference_grid)
         self.grid_size = tuple(int(s) for s in grid_size)
         self.num_prefix_tokens = int(num_prefix_tokens)
@@ -158,6 +163,8 @@ class RopePositionEmbedding(keras.layers.Layer):
             coordinates = patch_coordinates(h, w)
         else:
             coordinates = grid_indices(h, w, self.reference_grid if self.form == "axial" else None)
+            if self.indexing == "ij":
+                coordinates = ops.flip(coordinates, axis=1)
         if training:
             coordinates = self._augmented(coordinates)
         return coordinates[None]
@@ -169,4 +176,4 @@ class RopePositionEmbedding(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "grid_size": self.grid_size, "num_prefix_tokens": self.num_prefix_tokens,
                 "shift": self.shift, "jitter": self.jitter, "rescale": self.rescale, "seed": self.seed,
-                "form": self.form, "reference_grid": self.reference_grid}
+                "form": self.form, "reference_grid": self.reference_grid, "indexing": self.indexing}

@@ -27,7 +27,8 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
     `call(x, segment_ids=ids)` only within each token's segment;
     `key_bias=False` drops the key bias, `qkv_bias` / `proj_bias` / `qk_norm` are
     `MultiHeadSelfAttention`'s; `mlp_bias=False`: an MLP without biases; `norm="rmsnorm"`:
-    RMSNorm (`keras_vit.layers.norms`) for `ln_1`, `ln_2` (and the query / key norms).
+    RMSNorm (`keras_vit.layers.norms`) for `ln_1`, `ln_2` (and the query / key norms);
+    `mlp_norm=True`: a norm of that kind in the MLP before its output layer (EVA-02).
 
     LayerNorm / RMSNorm run in float32 under mixed precision (Keras' LayerNormalization upcasts), and
     so does the residual stream `x` (`Float32Stream`).
@@ -53,6 +54,7 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         mlp_bias=True,
         qk_norm=False,
         norm="layernorm",
+        mlp_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -82,7 +84,8 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=policy)
         self.ln_2 = normalization(norm, self.layer_norm_epsilon, "ln_2", policy)
         block = SwiGLUBlock if mlp == "swiglu" else MLPBlock
-        self.mlp = block(mlp_dim, dropout_rate, approximate_gelu, seed=seed, bias=mlp_bias, name="mlp", dtype=policy)
+        self.mlp = block(mlp_dim, dropout_rate, approximate_gelu, seed=seed, bias=mlp_bias, name="mlp", dtype=policy,
+                         hidden_norm=norm if mlp_norm else None, epsilon=self.layer_norm_epsilon)
         self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy)
         self.scales = ()
         if self.layer_scale_init is not None:
@@ -135,4 +138,5 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
             "mlp_bias": self.mlp_bias,
             "qk_norm": self.attention.qk_norm,
             "norm": self.norm,
+            "mlp_norm": self.mlp.hidden_norm is not None,
         }

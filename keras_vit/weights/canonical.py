@@ -9,7 +9,7 @@ from typing import Optional
 
 from keras_vit import limits
 from keras_vit.interpolation import INTERPOLATIONS
-from keras_vit.model_config import ROPE_FORMS, SINCOS_FORMS
+from keras_vit.model_config import ROPE_FORMS, ROPE_INDEXINGS, SINCOS_FORMS
 from keras_vit.patch_grid import grid_size_of
 from keras_vit.variants import VARIANTS
 from keras_vit.weights import stems
@@ -31,6 +31,8 @@ FC_NORM = ("fc_norm/scale", "fc_norm/bias")
 LAYER_SCALE = (BLOCK + "LayerScale_1/scale", BLOCK + "LayerScale_3/scale")
 # timm's `qk_norm`: a norm of each head's queries / keys (`scale`, and `bias` for a LayerNorm).
 QK_NORM = tuple(ATTN + f"{n}_norm/" for n in ("query", "key"))
+# EVA-02's norm of the MLP's hidden features (timm's `scale_mlp`, `mlp.norm`).
+MLP_NORM = MLP + "LayerNorm_0/"
 # RoPE-Mixed's learned rotary frequencies `(fx, fy)` of each block, `(2, heads, head_dim // 2)`.
 ROPE_FREQS = ATTN + "rope_frequencies"
 # AIMv2's norm of the patch embeddings (`patch_norm`): `scale`, and `bias` for a LayerNorm.
@@ -59,7 +61,8 @@ class Metadata:
     False where its attention keys have no bias (DINOv3); `naflex`: True for a NaFlex model
     (patches, spatial shapes and mask in; SigLIP 2); `rope_form`: the rotary form
     (`keras_vit.layers.rope.FORMS`) where it is not DINOv3's; `sincos_form`: the frequencies of
-    its fixed sin-cos embeddings (`ViTConfig.sincos_form`) where they are not big_vision's."""
+    its fixed sin-cos embeddings (`ViTConfig.sincos_form`) where they are not big_vision's;
+    `rope_indexing` / `rope_reference_grid`: the axial form's grid order and reference grid (EVA-02: "ij", (16, 16))."""
 
     approximate_gelu: Optional[bool] = None
     num_heads: Optional[int] = None
@@ -73,6 +76,8 @@ class Metadata:
     naflex: Optional[bool] = None
     rope_form: Optional[str] = None
     sincos_form: Optional[str] = None
+    rope_indexing: Optional[str] = None
+    rope_reference_grid: Optional[tuple] = None
 
 
 def _is_count(value):
@@ -105,6 +110,8 @@ def check_metadata(meta, path):
         problems.append(f"rope_form={meta.rope_form!r} (expected one of {ROPE_FORMS})")
     if meta.sincos_form not in (None, *SINCOS_FORMS):
         problems.append(f"sincos_form={meta.sincos_form!r} (expected one of {SINCOS_FORMS})")
+    if meta.rope_indexing not in (None, *ROPE_INDEXINGS):
+        problems.append(f"rope_indexing={meta.rope_indexing!r} (expected one of {ROPE_INDEXINGS})")
     if meta.pooling not in (None, "token", "avg"):
         problems.append(f"pooling={meta.pooling!r} (expected 'token' or 'avg')")
     if meta.interpolation is not None and meta.interpolation not in INTERPOLATIONS:
@@ -140,6 +147,8 @@ class Checkpoint:
     naflex: bool = None
     rope_form: str = None
     sincos_form: str = None
+    rope_indexing: str = None
+    rope_reference_grid: tuple = None
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None
@@ -185,6 +194,15 @@ class Checkpoint:
     @property
     def position_embedding(self):
         return "rope" if self.rope_theta else "learned" if POSEMB in self.tensors else "sincos2d"
+
+    @property
+    def rope_absolute(self):
+        """A learned table beside the rotations (EVA-02)."""
+        return bool(self.rope_theta) and POSEMB in self.tensors
+
+    @property
+    def mlp_norm(self):
+        return MLP_NORM.format(i=0) + "scale" in self.tensors
 
     @property
     def layer_scale(self):
@@ -294,6 +312,7 @@ class Checkpoint:
             shapes[ROPE_FREQS.format(i=i)] = (2, heads, width // heads // 2)
             shapes.update({mlp_block + "Dense_0/kernel": (width, hidden), mlp_block + "Dense_0/bias": (hidden,)})
             shapes.update({mlp_block + "Dense_1/kernel": (mlp, width), mlp_block + "Dense_1/bias": (width,)})
+            shapes.update({MLP_NORM.format(i=i) + p: (mlp,) for p in ("scale", "bias")})
         attention(MAP_ATTN)  # the MAP head: a probe token, attention, LayerNorm and a GELU MLP of the blocks' width
         shapes.update({MAP + "probe": (1, 1, width), MAP + "LayerNorm_0/scale": (width,), MAP + "LayerNorm_0/bias": (width,)})
         shapes.update({MAP + "MlpBlock_0/Dense_0/kernel": (width, mlp), MAP + "MlpBlock_0/Dense_0/bias": (mlp,),
@@ -377,6 +396,10 @@ class Checkpoint:
             patch_norm=self.patch_norm,
             map_head=self.map_head,
             sincos_form=self.sincos_form or "big_vision",
+            **({"rope_absolute": True} if self.rope_absolute else {}),
+            **({"rope_indexing": self.rope_indexing} if self.rope_indexing not in (None, "xy") else {}),
+            **({"rope_reference_grid": tuple(self.rope_reference_grid)} if self.rope_reference_grid else {}),
+            **({"mlp_norm": True} if self.mlp_norm else {}),
         )
 
 

@@ -40,7 +40,7 @@ def model_checkpoint(model):
     names = [layer.name for layer in model.layers]
     pooling = "map" if "map_head" in names else model.get_layer("pooling").mode if "pooling" in names else None
     attention = encoder.blocks[0].attention
-    rope = type(model.get_layer("posembed_input")).__name__ == "RopePositionEmbedding"
+    rope = next((layer for layer in model.layers if type(layer).__name__ == "RopePositionEmbedding"), None)
     return Checkpoint(
         model.name, "keras", tensors, encoder.blocks[0].approximate_gelu, encoder.num_heads, tuple(grid),
         encoder.blocks[0].layer_norm_epsilon, pooling, getattr(model, "preprocessing", None),
@@ -49,6 +49,7 @@ def model_checkpoint(model):
         type(model.get_layer("posembed_input")).__name__ == "NaFlexPositionEmbedding",
         attention.rope_form if rope else None,
         getattr(model.get_layer("posembed_input"), "form", None) if not rope else None,
+        rope.indexing if rope else None, rope.reference_grid if rope else None,
     )
 
 
@@ -114,8 +115,8 @@ def _write(fmt, path, ckpt):
     position embeddings (DINOv3) are refused but by the formats that record them (`writes_rope`)."""
     ckpt.check()
     if ckpt.position_embedding == "rope" and ckpt.rope_form not in (None, "dinov3") and not fmt.writes_rope:
-        raise ValueError(f"{ckpt.path}: no weights format records the {ckpt.rope_form} rotary form (RoPE-ViT) yet; "
-                         "save the model with model.save('x.keras').")
+        raise ValueError(f"{ckpt.path}: the {ckpt.rope_form} rotary form (RoPE-ViT, EVA-02) cannot be written as {fmt.name}; "
+                         "export with format='timm_eva', or save the model with model.save('x.keras').")
     if (ckpt.position_embedding == "rope" or ckpt.key_bias is False) and not fmt.writes_rope:
         rope = ", ".join(f.option for f in formats.FORMATS if f.writes_rope and f.write)
         raise ValueError(

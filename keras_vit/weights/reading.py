@@ -53,7 +53,7 @@ def read_checkpoint(path, num_heads=None):
     ckpt = Checkpoint(
         raw.path, fmt.name, tensors, meta.approximate_gelu, heads, meta.grid, meta.layer_norm_epsilon, meta.pooling,
         meta.preprocessing, meta.interpolation or fmt.interpolation, meta.rope_theta, meta.key_bias,
-        meta.naflex, meta.rope_form, meta.sincos_form,
+        meta.naflex, meta.rope_form, meta.sincos_form, meta.rope_indexing, meta.rope_reference_grid,
     )
     ckpt.check()
     return ckpt

@@ -184,7 +184,18 @@ ENTRIES = [
     *_family("DINOv37B16", "dinov3", 224, None, "vit_7b_patch16_dinov3.lvd1689m", "vit_7b_patch16_dinov3.sat493m",
              license="dinov3-license"),
     *(entry for size, name in (("S", "small"), ("B", "base"), ("L", "large")) for kind, tag in (("", ""), ("Mixed", "_mixed"))
-      for entry in _family(f"RoPE{kind}ViT{size}16", "deit", 224, 1000, f"vit_{name}_patch16_rope{tag}_224.naver_in1k")),
+      for ape in ("", "APE")
+      for entry in _family(f"RoPE{kind}{ape}ViT{size}16", "deit", 224, 1000,
+                           f"vit_{name}_patch16_rope{tag}{'_ape' if ape else ''}_224.naver_in1k")),
+    # EVA-02 (timm `eva.py`, MIT): the ImageNet-1k fine-tuned files, and the MIM pre-trained ones (224 px, no head).
+    *_family("EVA02Ti14", "eva02", 336, 1000, "eva02_tiny_patch14_336.mim_in22k_ft_in1k", license="mit"),
+    *_family("EVA02S14", "eva02", 336, 1000, "eva02_small_patch14_336.mim_in22k_ft_in1k", license="mit"),
+    *_family("EVA02B14", "eva02", 448, 1000, "eva02_base_patch14_448.mim_in22k_ft_in22k_in1k", license="mit"),
+    *_family("EVA02L14", "eva02", 448, 1000, "eva02_large_patch14_448.mim_in22k_ft_in22k_in1k",
+             "eva02_large_patch14_448.mim_m38m_ft_in22k_in1k", license="mit"),
+    *(entry for variant, size in (("EVA02Ti14", "tiny"), ("EVA02S14", "small"), ("EVA02B14", "base"), ("EVA02L14", "large"))
+      for entry in _family(variant, "eva02", 224, None, f"eva02_{size}_patch14_224.mim_in22k", license="mit")),
+    *_family("EVA02L14", "eva02", 224, None, "eva02_large_patch14_224.mim_m38m", license="mit"),
     *_family("SigLIPB16", "siglip", 224, None, "google/siglip-base-patch16-224", url=_GOOGLE),
     *_family("SigLIPSo400m14", "siglip", 224, None, "google/siglip-so400m-patch14-224", url=_GOOGLE),
     # "384 px": its 27 x 27 patches cover 378 px (transformers' stride-14 convolution drops 6).
@@ -274,7 +285,8 @@ def entries(variant=None):
 
 # What tells the named models apart besides the five numbers (a DeiT-B/16 has ViT-B/16's).
 # Register tokens do not: DINOv2's `reg4` files are entries of the DINOv2 models.
-_OPTIONS = ("class_token", "distillation_token", "position_embedding", "rope_form", "mlp", "patch_norm")
+_OPTIONS = ("class_token", "distillation_token", "position_embedding", "rope_form", "rope_absolute", "mlp",
+            "patch_norm")
 
 
 def _signature(args):

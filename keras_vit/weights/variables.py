@@ -5,7 +5,7 @@
 
 from keras_vit.weights import stems
 from keras_vit.weights.canonical import (
-    ATTN, BLOCK, DIST, EMBEDDING_NORM, FC_NORM, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, POSEMB, QK_NORM, QKV, REG,
+    ATTN, BLOCK, DIST, EMBEDDING_NORM, FC_NORM, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, MLP_NORM, POSEMB, QK_NORM, QKV, REG,
     ROPE_FREQS,
 )
 from keras_vit.weights.lazy import concat
@@ -117,6 +117,7 @@ TABLE = Table(
     + _norm(QK_NORM[0], BLOCK_PATH + "attention/q_norm/", optional=True)
     + _norm(QK_NORM[1], BLOCK_PATH + "attention/k_norm/", optional=True)
     + _norm(BLOCK + "LayerNorm_2/", BLOCK_PATH + "ln_2/")
+    + _norm(MLP_NORM, BLOCK_PATH + "mlp/norm/", optional=True)
     + pairs(*((MLP + f"Dense_{j}/kernel", BLOCK_PATH + f"mlp/dense_{j}/kernel") for j in (0, 1)))
     + pairs(*((MLP + f"Dense_{j}/bias", BLOCK_PATH + f"mlp/dense_{j}/bias") for j in (0, 1)), optional=True)
     + _norm("Transformer/encoder_norm/", "encoder/encoder_norm/", optional=True)

@@ -9,6 +9,7 @@ import pytest
 import keras_vit
 from keras_vit.family_variants import FAMILIES
 from tests.support.models import shapes_only
+from tests.support.timm_rope_vit import eva02_shapes
 from tests.support.timm_rope_vit import shapes as rope_vit_shapes
 
 torch = pytest.importorskip("torch")
@@ -42,8 +43,12 @@ REFERENCES = {
                              ("AIMv23B14", 3072, 24, 8192), ("AIMv2L14Native", 1024, 8, 2816))},
 }
 # Naver's RoPE-ViT: timm's key shapes (`eva.py`; timm is not installed) of width, depth, heads, mixed.
-ROPE_VIT = {f"RoPE{kind}ViT{size}16": (d, n, h, kind == "Mixed") for kind in ("", "Mixed")
-            for size, d, n, h in (("S", 384, 12, 6), ("B", 768, 12, 12), ("L", 1024, 24, 16))}
+# The `_ape` ones: a table of the 14 x 14 patches, and keras_vit's zero class-token row (`D`).
+ROPE_VIT = {f"RoPE{kind}{ape}ViT{size}16": (d, n, h, kind == "Mixed", bool(ape)) for kind in ("", "Mixed")
+            for ape in ("", "APE") for size, d, n, h in (("S", 384, 12, 6), ("B", 768, 12, 12), ("L", 1024, 24, 16))}
+# EVA-02: timm's key shapes (`eva.py`) of width, depth, heads, SwiGLU width, grid, unfused (B / L).
+EVA02 = {"EVA02Ti14": (192, 12, 3, 512, 24, False), "EVA02S14": (384, 12, 6, 1024, 24, False),
+         "EVA02B14": (768, 12, 12, 2048, 32, True), "EVA02L14": (1024, 24, 16, 2730, 32, True)}
 # README's table (keras_vit's own count; checked below against the references).
 PARAMETERS = {
     "DeiTTi16": 5_910_800, "DeiTS16": 22_436_432, "DeiTB16": 87_338_192,
@@ -52,6 +57,9 @@ PARAMETERS = {
     "DINOv3HPlus16": 840_632_320, "DINOv37B16": 6_716_030_976,
     "RoPEViTS16": 21_984_232, "RoPEViTB16": 86_434_792, "RoPEViTL16": 304_174_056,
     "RoPEMixedViTS16": 21_988_840, "RoPEMixedViTB16": 86_444_008, "RoPEMixedViTL16": 304_198_632,
+    "RoPEAPEViTS16": 22_059_880, "RoPEAPEViTB16": 86_586_088, "RoPEAPEViTL16": 304_375_784,
+    "RoPEMixedAPEViTS16": 22_064_488, "RoPEMixedAPEViTB16": 86_595_304, "RoPEMixedAPEViTL16": 304_400_360,
+    "EVA02Ti14": 5_758_888, "EVA02S14": 22_133_608, "EVA02B14": 87_126_760, "EVA02L14": 305_104_808,
     "SigLIPB16": 92_884_224, "SigLIPSo400m14": 427_680_704,
     "SigLIPL16": 315_956_224, "SigLIPSo400m16": 427_888_064, "SigLIPG16": 1_163_168_256,
     "AIMv2L14": 309_197_824, "AIMv2H14": 680_851_968, "AIMv21B14": 1_234_958_336, "AIMv23B14": 2_720_658_432,
@@ -61,8 +69,11 @@ PARAMETERS = {
 
 def _reference_count(name):
     if name in ROPE_VIT:
-        d, n, h, mixed = ROPE_VIT[name]
-        return sum(math.prod(shape) for shape in rope_vit_shapes(d, n, h, 4 * d, mixed=mixed).values())
+        d, n, h, mixed, ape = ROPE_VIT[name]
+        return sum(math.prod(shape) for shape in rope_vit_shapes(d, n, h, 4 * d, mixed=mixed).values()) + ape * 197 * d
+    if name in EVA02:  # and keras_vit's zero key bias, `D` per block
+        d, n, h, m, grid, unfused = EVA02[name]
+        return sum(math.prod(shape) for shape in eva02_shapes(d, n, h, m, grid=grid, unfused=unfused).values()) + d * n
     model_class, config_class, args = REFERENCES[name]
     with torch.device("meta"):
         model = getattr(transformers, model_class)(getattr(transformers, config_class)(**args))

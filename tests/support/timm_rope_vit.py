@@ -2,7 +2,7 @@
 `attn_type='rope'`, `layers/pos_embed_sincos.py`: `build_rotary_pos_embed(in_pixels=False,
 grid_indexing='xy')`, `get_mixed_grid` / `get_mixed_freqs`, `rot`, `rope_rotate_half`,
 `apply_rot_embed_cat`; `layers/attention.py`: `AttentionRope`), written from timm's formulas for
-the tests (timm is not installed here); it runs on timm-named state dicts."""
+the tests (timm is not installed here); it runs on timm-named state dicts. EVA-02: `eva02_forward`."""
 
 import numpy as np
 import torch
@@ -49,14 +49,18 @@ def apply(x, sin, cos, half=False):
 
 
 def forward(sd, image, heads, mixed=False, temperature=100.0, eps=1e-6, prefix_rotated=False, half=False,
-            swap_xy=False):
-    """timm `Eva` (`vit_*_patch16_rope*_224`) logits of the NCHW `image` from the state dict `sd`
-    (torch tensors); the keyword flags are mutations for the tests."""
+            swap_xy=False, table=True):
+    """timm `Eva` (`vit_*_patch16_rope*[_ape]_224`) logits of the NCHW `image` from the state dict `sd`
+    (torch tensors); the keyword flags are mutations for the tests. An `_ape` table (`no_embed_class`)
+    is added to the patch tokens before the class token is put first."""
     sd = {k: torch.as_tensor(np.asarray(v)) for k, v in sd.items()}
     x = F.conv2d(image, sd["patch_embed.proj.weight"], sd["patch_embed.proj.bias"],
                  stride=sd["patch_embed.proj.weight"].shape[-1])
     batch, width, h, w = x.shape
-    x = torch.cat([sd["cls_token"].expand(batch, -1, -1), x.flatten(2).transpose(1, 2)], dim=1)
+    x = x.flatten(2).transpose(1, 2)
+    if "pos_embed" in sd and table:
+        x = x + resample_pos_embed(sd["pos_embed"], h, w, prefix=0)
+    x = torch.cat([sd["cls_token"].expand(batch, -1, -1), x], dim=1)
     head_dim, depth = width // heads, 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
     npt = 0 if prefix_rotated else 1
     for i in range(depth):
@@ -98,8 +102,9 @@ def shapes(width, depth, heads, mlp, patch=16, classes=1000, mixed=False):
     return out
 
 
-def state_dict(rng, width=32, depth=2, heads=2, mlp=64, patch=4, classes=5, mixed=False):
-    """Random float32 weights under timm's key names (`shapes`): norms and LayerScale near 1 / 0.5,
+def state_dict(rng, width=32, depth=2, heads=2, mlp=64, patch=4, classes=5, mixed=False, ape_grid=None):
+    """Random float32 weights under timm's key names (`shapes`, and an `ape_grid` x `ape_grid` `_ape` table
+    where given): norms and LayerScale near 1 / 0.5,
     projections scaled by their fan-in, the mixed frequencies larger than timm's initial ones
     (so that every rotation matters)."""
     sd = {}
@@ -115,5 +120,111 @@ def state_dict(rng, width=32, depth=2, heads=2, mlp=64, patch=4, classes=5, mixe
             noise = noise * 0.3
         elif key.endswith("bias"):
             noise = noise * 0.1
+        sd[key] = noise
+    if ape_grid:  # the `_ape` variants' table of the patches only
+        sd["pos_embed"] = 0.5 * rng.normal(size=(1, ape_grid * ape_grid, width))
+    return {k: np.asarray(v, np.float32) for k, v in sd.items()}
+
+
+# EVA-02 (timm `eva.py`: `Eva` with `use_rot_pos_emb=True`, `ref_feat_shape=(16, 16)`, `rope_temperature=10000`,
+# `rope_grid_indexing='ij'`, `global_pool='avg'` with `fc_norm`; `EvaAttention` (q / v biases, a zero key bias,
+# fused or not), `GluMlp` (packed, gate first) or `SwiGLU` (`fc1_g` / `fc1_x`, the inner `norm`);
+# `layers/pos_embed.py`: `resample_abs_pos_embed`, bicubic with antialiasing).
+EVA02_REFERENCE = (16, 16)
+
+
+def resample_pos_embed(posemb, h, w, prefix=1):
+    """timm's `resample_abs_pos_embed(posemb, (h, w), num_prefix_tokens=prefix)` of a square table."""
+    side = int(round((posemb.shape[1] - prefix) ** 0.5))
+    if (side, side) == (h, w):
+        return posemb
+    grid = posemb[:, prefix:].reshape(1, side, side, -1).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid, size=(h, w), mode="bicubic", antialias=True, align_corners=False)
+    return torch.cat([posemb[:, :prefix], grid.permute(0, 2, 3, 1).reshape(1, h * w, -1)], dim=1)
+
+
+def eva02_forward(sd, image, heads, eps=1e-6, indexing="ij", table=True, mlp_norm=True, key_bias=0.0,
+                  prefix_rotated=False):
+    """timm `Eva` logits of an EVA-02 state dict; the keywords but `heads` / `eps` are mutations for the
+    tests: 'xy' order, the table left out, the MLP's inner norm left out, a key bias, the class token rotated."""
+    sd = {k: torch.as_tensor(np.asarray(v)) for k, v in sd.items()}
+    x = F.conv2d(image, sd["patch_embed.proj.weight"], sd["patch_embed.proj.bias"],
+                 stride=sd["patch_embed.proj.weight"].shape[-1])
+    batch, width, h, w = x.shape
+    x = torch.cat([sd["cls_token"].expand(batch, -1, -1), x.flatten(2).transpose(1, 2)], dim=1)
+    if table:
+        x = x + resample_pos_embed(sd["pos_embed"], h, w)
+    head_dim, depth = width // heads, 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
+    sin, cos = axial_embed(h, w, head_dim, 10000.0, EVA02_REFERENCE, swap_xy=indexing == "ij")
+    npt = 0 if prefix_rotated else 1
+    if prefix_rotated:
+        sin, cos = (torch.cat([t[1:2], t]) for t in (sin, cos))
+    for i in range(depth):
+        p = f"blocks.{i}."
+        y = F.layer_norm(x, (width,), sd[p + "norm1.weight"], sd[p + "norm1.bias"], eps)
+        k_bias = torch.full((width,), key_bias)
+        if p + "attn.qkv.weight" in sd:
+            bias = torch.cat([sd[p + "attn.q_bias"], k_bias, sd[p + "attn.v_bias"]])
+            q, k, v = F.linear(y, sd[p + "attn.qkv.weight"], bias).reshape(
+                batch, -1, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        else:
+            q, k, v = (F.linear(y, sd[p + f"attn.{n}_proj.weight"], b).reshape(batch, -1, heads, head_dim).transpose(1, 2)
+                       for n, b in (("q", sd[p + "attn.q_proj.bias"]), ("k", k_bias), ("v", sd[p + "attn.v_proj.bias"])))
+        q = torch.cat([q[:, :, :npt], apply(q[:, :, npt:], sin, cos)], dim=2)
+        k = torch.cat([k[:, :, :npt], apply(k[:, :, npt:], sin, cos)], dim=2)
+        y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch, -1, width)
+        x = x + F.linear(y, sd[p + "attn.proj.weight"], sd[p + "attn.proj.bias"])
+        y = F.layer_norm(x, (width,), sd[p + "norm2.weight"], sd[p + "norm2.bias"], eps)
+        if p + "mlp.fc1_g.weight" in sd:  # timm's `SwiGLU`: the inner norm before fc2
+            y = F.silu(F.linear(y, sd[p + "mlp.fc1_g.weight"], sd[p + "mlp.fc1_g.bias"])) * F.linear(
+                y, sd[p + "mlp.fc1_x.weight"], sd[p + "mlp.fc1_x.bias"])
+            if mlp_norm:
+                y = F.layer_norm(y, y.shape[-1:], sd[p + "mlp.norm.weight"], sd[p + "mlp.norm.bias"], eps)
+        else:  # timm's `GluMlp(gate_last=False)`
+            gate, value = F.linear(y, sd[p + "mlp.fc1.weight"], sd[p + "mlp.fc1.bias"]).chunk(2, dim=-1)
+            y = F.silu(gate) * value
+        x = x + F.linear(y, sd[p + "mlp.fc2.weight"], sd[p + "mlp.fc2.bias"])
+    x = F.layer_norm(x[:, 1:].mean(dim=1), (width,), sd["fc_norm.weight"], sd["fc_norm.bias"], eps)
+    return F.linear(x, sd["head.weight"], sd["head.bias"])
+
+
+def eva02_shapes(width, depth, heads, hidden, patch=14, grid=16, classes=1000, unfused=False):
+    """timm's state-dict keys and shapes of an `eva02_*_patch14_*` (`unfused`: B / L's `qkv_fused=False,
+    scale_mlp=True`); `hidden` is `int(width * 4 * 2 / 3)`."""
+    out = {"cls_token": (1, 1, width), "pos_embed": (1, 1 + grid * grid, width),
+           "patch_embed.proj.weight": (width, 3, patch, patch), "patch_embed.proj.bias": (width,),
+           "fc_norm.weight": (width,), "fc_norm.bias": (width,), "head.weight": (classes, width), "head.bias": (classes,)}
+    for i in range(depth):
+        p = f"blocks.{i}."
+        out.update({p + n: (width,) for n in ("norm1.weight", "norm1.bias", "attn.proj.bias", "norm2.weight",
+                                              "norm2.bias", "mlp.fc2.bias")})
+        out.update({p + "attn.proj.weight": (width, width), p + "mlp.fc2.weight": (width, hidden)})
+        if unfused:
+            out.update({p + "attn.q_proj.weight": (width, width), p + "attn.q_proj.bias": (width,),
+                        p + "attn.k_proj.weight": (width, width), p + "attn.v_proj.weight": (width, width),
+                        p + "attn.v_proj.bias": (width,), p + "mlp.norm.weight": (hidden,), p + "mlp.norm.bias": (hidden,)})
+            out.update({p + f"mlp.fc1_{n}.weight": (hidden, width) for n in "gx"})
+            out.update({p + f"mlp.fc1_{n}.bias": (hidden,) for n in "gx"})
+        else:
+            out.update({p + "attn.qkv.weight": (3 * width, width), p + "attn.q_bias": (width,), p + "attn.v_bias": (width,),
+                        p + "mlp.fc1.weight": (2 * hidden, width), p + "mlp.fc1.bias": (2 * hidden,)})
+    return out
+
+
+def eva02_state_dict(rng, width=32, depth=2, heads=2, hidden=48, patch=4, grid=4, classes=5, unfused=False):
+    """Random float32 EVA-02 weights under timm's key names (`eva02_shapes`), scaled as `state_dict`'s."""
+    sd = {}
+    for key, shape in eva02_shapes(width, depth, heads, hidden, patch, grid, classes, unfused).items():
+        noise = rng.normal(size=shape)
+        if key.endswith("norm.weight") or key.endswith(("norm1.weight", "norm2.weight")):
+            noise = 1 + 0.1 * noise
+        elif len(shape) == 2:
+            noise = noise * shape[1] ** -0.5
+        elif key == "patch_embed.proj.weight":
+            noise = noise * 0.3
+        elif key.endswith("bias"):
+            noise = noise * 0.1
+        elif key == "pos_embed":
+            noise = noise * 0.5
         sd[key] = noise
     return {k: np.asarray(v, np.float32) for k, v in sd.items()}

@@ -31,7 +31,8 @@ def test_family_entries_name_their_model_and_preprocessing():
     assert {e.variant for e in family} == {*FAMILIES, "ViTTi16", "ViTS16", "ViTB16"}
     for e in family:
         args = {**VARIANTS, **FAMILIES}[e.variant]
-        license = next((name for prefix, name in (("DINOv3", "dinov3-license"), ("AIMv2", "apple-amlr"))
+        license = next((name for prefix, name in (("DINOv3", "dinov3-license"), ("AIMv2", "apple-amlr"),
+                                                    ("EVA02", "mit"))
                         if e.variant.startswith(prefix)), "apache-2.0")
         assert e.resolution % args["patch_size"] == 0 and e.preprocessing in PREPROCESSING and e.license == license
         assert e.url.startswith("https://huggingface.co/") and e.url.endswith("/resolve/main/model.safetensors")
@@ -43,6 +44,9 @@ def test_family_entries_name_their_model_and_preprocessing():
     assert (reg4.resolution, reg4.classes, reg4.preprocessing) == (518, None, "dinov2")
     dinov3 = registry.find("vit_large_patch16_dinov3_qkvb.sat493m")
     assert (dinov3.variant, dinov3.preprocessing, dinov3.license) == ("DINOv3L16", "dinov3", "dinov3-license")
+    eva02 = registry.find("eva02_large_patch14_448.mim_m38m_ft_in22k_in1k")
+    assert (eva02.variant, eva02.resolution, eva02.preprocessing, eva02.license) == ("EVA02L14", 448, "eva02", "mit")
+    assert registry.find("vit_base_patch16_rope_mixed_ape_224.naver_in1k").variant == "RoPEMixedAPEViTB16"
     siglip = registry.find("siglip-so400m-patch14-384")
     assert (siglip.variant, siglip.resolution, siglip.preprocessing) == ("SigLIPSo400m14", 378, "siglip")
     assert siglip.url == "https://huggingface.co/google/siglip-so400m-patch14-384/resolve/main/model.safetensors"

@@ -2,7 +2,7 @@
 (key names from timm's `eva.py`), written here from random weights and checked against an
 independent torch reference of timm's formulas (`tests/support/timm_rope_vit.py`), at the native
 grid and two others; each mutation of the reference (x / y swapped, the class token rotated,
-half-split pairs) is off by far more than the tolerance."""
+half-split pairs, the `_ape` table left out) is off by far more than the tolerance."""
 
 import os
 
@@ -67,12 +67,20 @@ def test_the_learned_frequencies_are_float32_variables_of_each_block(tmp_path, r
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), sd["rope.freqs"][:, i])
 
 
-def test_the_ape_variants_are_refused_in_one_line(tmp_path, rng):
-    sd = reference.state_dict(rng)
-    sd["pos_embed"] = rng.normal(size=(1, 16, 32)).astype("float32")
-    with pytest.raises(ValueError, match="absolute position table and rotary") as error:
-        keras_vit.from_checkpoint(write(tmp_path, sd), num_heads=HEADS)
-    assert "\n" not in str(error.value)
+@pytest.mark.parametrize("mixed", [False, True], ids=["axial", "mixed"])
+def test_the_ape_variants_load_and_match_timm_at_three_sizes(tmp_path, rng, mixed):
+    """`vit_*_patch16_rope[_mixed]_ape_224`: a learned table of the patches only (`no_embed_class`) besides the
+    rotations; leaving it out is off by far more than the tolerance."""
+    sd = reference.state_dict(rng, mixed=mixed, ape_grid=4)
+    model = keras_vit.from_checkpoint(
+        write(tmp_path, sd), num_heads=HEADS, input_shape=(None, None, 3), classifier_activation=None)
+    assert model.get_layer("posembed_input").interpolation == "bicubic_antialias"
+    for size in SIZES:
+        image = rng.uniform(-1, 1, (2, 3, *size)).astype("float32")
+        expected = reference.forward(sd, torch.from_numpy(image), HEADS, mixed=mixed).numpy()
+        np.testing.assert_allclose(logits(model, image), expected, atol=1e-5, rtol=1e-5)
+        wrong = reference.forward(sd, torch.from_numpy(image), HEADS, mixed=mixed, table=False).numpy()
+        assert np.abs(wrong - expected).max() > 1e-3
 
 
 def test_export_to_the_dinov3_layout_is_refused_for_the_other_forms(tmp_path):
@@ -90,7 +98,7 @@ def test_other_weights_formats_refuse_the_other_forms_without_pointing_to_the_di
     tests/weights/test_dinov3_hf.py)."""
     model = keras_vit.VisionTransformer(4, 16, 1, 2, 32, input_shape=(8, 8, 3), position_embedding="rope",
                                         rope_form="mixed", classes=3)
-    with pytest.raises(ValueError, match="no weights format records the mixed rotary form") as error:
+    with pytest.raises(ValueError, match="mixed rotary form .* cannot be written as .*format='timm_eva'") as error:
         keras_vit.weights.export(model, tmp_path / "out", format=fmt)
     assert "timm_dinov3" not in str(error.value) and "\n" not in str(error.value) and not os.listdir(tmp_path)
 

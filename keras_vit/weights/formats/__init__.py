@@ -8,12 +8,14 @@ imports Keras.
 
 import os
 
-from keras_vit.weights.formats import dinov3, hf_aimv2, hf_families, keras, kerashub, kerashub_families, original, rope_vit, timm
+from keras_vit.weights.formats import (
+    dinov3, eva, hf_aimv2, hf_families, keras, kerashub, kerashub_families, original, rope_vit, timm)
 
 FORMATS = [
     original.FORMAT,
     dinov3.FORMAT,
     rope_vit.FORMAT,
+    eva.FORMAT,
     timm.FORMAT,
     hf_aimv2.FORMAT,
     hf_families.DEIT,

@@ -93,7 +93,8 @@ def write(path, ckpt):
     if ckpt.position_embedding != "rope" or ckpt.rope_theta != THETA or ckpt.rope_form not in (None, "dinov3"):
         raise ValueError(f"{ckpt.path}: timm's DINOv3 layout holds rotary models of DINOv3's form and period {THETA:g} only "
                          f"(rope_theta={ckpt.rope_theta}, rope_form={ckpt.rope_form}); "
-                         + ("save it with model.save('x.keras')." if ckpt.position_embedding == "rope" else "use format='timm'."))
+                         + ("use format='timm_eva'." if ckpt.rope_form in ("axial", "mixed") else
+                            "save it with model.save('x.keras')." if ckpt.position_embedding == "rope" else "use format='timm'."))
     ckpt.require_class_token_head("timm_dinov3")
     tensors = _eva_names(FORMAT.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to timm_dinov3"))
     if ckpt.mlp == "swiglu":

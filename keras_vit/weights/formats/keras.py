@@ -15,7 +15,8 @@ from keras_vit.weights.variables import NORM_VARIABLES, TABLE
 VARIABLES = {"class_token": ("cls",), "posembed_input": ("pos_embedding",), "ln_1": NORM_VARIABLES,
              "ln_2": NORM_VARIABLES, "encoder_norm": NORM_VARIABLES, "ls_1": ("gamma",), "ls_2": ("gamma",),
              "attention": ("rope_frequencies",), "embedding_norm": NORM_VARIABLES,
-             "map_head": ("probe",), "ln": NORM_VARIABLES, "registers": ("tokens",)}
+             "map_head": ("probe",), "ln": NORM_VARIABLES, "registers": ("tokens",),
+             "norm": NORM_VARIABLES, "fc_norm": NORM_VARIABLES}
 _STORED = re.compile(r"(?P<layer>.*?)(?P<name>[^/]+)/vars/(?P<position>\d+)\Z")
 
 
@@ -69,6 +70,8 @@ def metadata(raw, tensors):
         naflex=naflex or None,
         rope_theta=encoder.get("rope_theta", 100.0) if rope else None,
         rope_form=encoder.get("rope_form") if rope else None,
+        rope_indexing=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("indexing"),
+        rope_reference_grid=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("reference_grid"),
         key_bias=encoder.get("key_bias"),
         approximate_gelu=encoder.get("approximate_gelu"),
         num_heads=encoder.get("num_heads"),

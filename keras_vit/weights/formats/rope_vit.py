@@ -4,14 +4,16 @@ form, period 100) and `vit_*_patch16_rope_mixed_224` (RoPE-Mixed: the learned fr
 (key lists from timm's `eva.py`: a fused `qkv` with bias, `gamma_1` / `gamma_2` LayerScale, a GELU
 `Mlp`, the final `norm`, the class token unrotated, no position table). Renamed to timm's
 `VisionTransformer` names and read through its table (less the position table, as DINOv3's).
-The `_ape` variants and EVA-02, which add an absolute position table to the rotations, are refused."""
+The `_ape` variants (`vit_*_patch16_rope[_mixed]_ape_224`) add a learned table of the patches only
+(`no_embed_class`), read with a zero class-token row (`rope_absolute=True`). `format="timm_eva"`
+writes this layout (`formats.eva`)."""
 
 import re
 
-from keras_vit.weights.canonical import ROPE_FREQS, Metadata
-from keras_vit.weights.formats import dinov3
+from keras_vit.weights.canonical import POSEMB, ROPE_FREQS, Metadata
+from keras_vit.weights.formats import dinov3, timm
 from keras_vit.weights.formats.base import BLOCK_OPTIONS, Format
-from keras_vit.weights.table import Row, Table
+from keras_vit.weights.table import Row, Table, pairs
 
 # timm's `vit_*_patch16_rope*` defaults: the periods of the axial form and of the mixed form's
 # initial frequencies (`rope_temperature`), LayerNorm epsilon (timm's `LayerNorm`).
@@ -27,13 +29,10 @@ def detect(raw):
 
 
 def prepare(raw):
-    """timm `VisionTransformer` names, `rope.freqs` split into its blocks'."""
-    if "pos_embed" in raw.tensors:
-        raise ValueError(f"{raw.path}: an Eva model with both an absolute position table and rotary embeddings "
-                         "(timm's `vit_*_patch16_rope*_ape_224`, EVA-02) is not supported; the RoPE-ViT models without "
-                         "`_ape` are.")
+    """timm `VisionTransformer` names, `rope.freqs` split into its blocks', the `_ape` table given its
+    class-token row (zero: the same model)."""
     tensors = {}
-    for key, value in raw.tensors.items():
+    for key, value in timm.prepare(raw).items():  # an `_ape` table of the patches only: a zero class-token row first
         if key == FREQS:
             if len(value.shape) != 4 or value.shape[0] != 2:
                 raise ValueError(f"{raw.path}: {FREQS} has shape {value.shape}; "
@@ -53,9 +52,11 @@ def metadata(raw, tensors):
 
 FORMAT = Format(
     name="rope_vit_torch",
-    table=Table(dinov3.FORMAT.table.rows + (Row(ROPE_FREQS, _BLOCK_FREQS, optional=True),)),
+    table=Table(dinov3.FORMAT.table.rows + (Row(ROPE_FREQS, _BLOCK_FREQS, optional=True),)
+                + pairs((POSEMB, "pos_embed"), optional=True)),
     detect=detect,
     prepare=prepare,
     metadata=metadata,
     block_options=BLOCK_OPTIONS,
+    interpolation="bicubic_antialias",  # the `_ape` tables: timm's resample_abs_pos_embed
 )
