@@ -141,7 +141,8 @@ def build_pretraining_model(encoder, target="color", bits=3, name="masked_patch_
             "Masked patch prediction needs a keras_vit Vision Transformer built with "
             "include_top=False and pooling=None (the whole token sequence)."
         )
-    if "registers" in names or type(encoder.get_layer("posembed_input")).__name__ == "RopePositionEmbedding":
+    if "registers" in names or "rope_input" in names or (
+            type(encoder.get_layer("posembed_input")).__name__ == "RopePositionEmbedding"):
         raise ValueError("Masked patch prediction runs the paper's token layout: no register tokens, no "
                          "position_embedding='rope' (DINOv3).")
     images = keras.Input(shape=encoder.inputs[0].shape[1:], name="images")

@@ -144,7 +144,8 @@ def test_pretraining_model_shares_the_encoder_weights():
     assert model.output.shape == (None, 16, 512)
 
 
-@pytest.mark.parametrize("options", [dict(position_embedding="rope"), dict(num_registers=2)])
+@pytest.mark.parametrize("options", [dict(position_embedding="rope"), dict(num_registers=2),
+                                     dict(position_embedding="rope", rope_form="axial", rope_absolute=True)])
 def test_pretraining_model_rejects_what_it_would_leave_out(options):
     with pytest.raises(ValueError, match="no register tokens, no position_embedding='rope'"):
         mp.build_pretraining_model(VisionTransformer(**ARCH, include_top=False, input_shape=(8, 8, 3), **options))
