@@ -2,9 +2,11 @@
 
 Usage: python tests/run_backends.py [--jobs N] [BACKEND ...] [-- PYTEST_ARGS ...]
 
-Up to `--jobs` backends (default: one per CPU core, at most three) run at the same time; most
-tests are small models whose time goes to one core's Python and dispatch, so on two cores two
-backends take little longer than one. Each backend's output is printed whole when it ends.
+Each backend runs the suite in two parts (`PARTS`), each part a pytest process; up to `--jobs`
+of them (default: one per CPU core) run at the same time, the longest first. Most tests are
+small models whose time goes to one core's Python and dispatch, so on two cores two parts take
+little longer than one. Each part's output is printed whole when it ends. With PYTEST_ARGS a
+backend runs as one process: `pytest tests PYTEST_ARGS`.
 """
 
 import argparse
@@ -16,16 +18,17 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-BACKENDS = ("jax", "tensorflow", "torch")  # the longest first: it starts at once, the others share a core
+BACKENDS = ("jax", "tensorflow", "torch")  # the longest first
+PARTS = {"training": ("tests/training",), "the rest": ("tests", "--ignore=tests/training")}  # about equal
 DEFAULT_ARGS = ("--durations=30",)  # the slowest tests of each backend, for keeping CI time down
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 
 
-def run(backend, pytest_args):
-    """Runs pytest under `backend`; prints its output when it ends and returns the counts."""
+def run(backend, part, paths, pytest_args):
+    """Runs pytest on `paths` under `backend`; prints its output when it ends and returns the counts."""
     env = {**os.environ, "KERAS_BACKEND": backend}
-    command = [sys.executable, "-m", "pytest", "tests", *DEFAULT_ARGS, *pytest_args]
-    print(f"=== KERAS_BACKEND={backend}: started {' '.join(command)}", flush=True)
+    command = [sys.executable, "-m", "pytest", *paths, *DEFAULT_ARGS, *pytest_args]
+    print(f"=== KERAS_BACKEND={backend} ({part}): started {' '.join(command)}", flush=True)
     start = time.time()
     with tempfile.TemporaryFile("w+") as log:
         returncode = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True).returncode
@@ -37,16 +40,16 @@ def run(backend, pytest_args):
         counts["failed" if word.startswith("error") else word] += int(number)
     if returncode not in (0, 5) and counts["failed"] == 0:
         counts["failed"] = 1  # pytest itself failed (collection error, crash)
-    sys.stdout.write(f"\n=== KERAS_BACKEND={backend} output\n{output}")
-    print(f"=== {backend}: {counts} in {time.time() - start:.0f}s", flush=True)
+    sys.stdout.write(f"\n=== KERAS_BACKEND={backend} ({part}) output\n{output}")
+    print(f"=== {backend}, {part}: {counts} in {time.time() - start:.0f}s", flush=True)
     return counts
 
 
 def parse(argv):
     split = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=min(len(BACKENDS), os.cpu_count() or 1),
-                        help="backends run at the same time (default: one per core, at most 3)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="pytest processes at the same time (default: one per core)")
     parser.add_argument("backends", nargs="*", metavar="BACKEND", help=f"some of {', '.join(BACKENDS)} (default: all)")
     args = parser.parse_args(argv[:split])
     unknown = sorted(set(args.backends) - set(BACKENDS))
@@ -59,12 +62,15 @@ def parse(argv):
 
 def main(argv):
     jobs, backends, pytest_args = parse(argv)
+    parts = {"all": ("tests",)} if pytest_args else PARTS
+    runs = [(backend, part, paths) for backend in backends for part, paths in parts.items()]
     start = time.time()
     with ThreadPoolExecutor(jobs) as pool:
-        results = list(pool.map(lambda backend: run(backend, pytest_args), backends))
+        results = list(pool.map(lambda job: run(*job, pytest_args), runs))
     totals = {key: sum(counts[key] for counts in results) for key in ("passed", "failed", "skipped")}
     print(f"\n{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped "
-          f"({len(backends)} backends, {min(jobs, len(backends))} at a time, {time.time() - start:.0f}s)")
+          f"({len(backends)} backends, {len(runs)} processes, {min(jobs, len(runs))} at a time, "
+          f"{time.time() - start:.0f}s)")
     return 1 if totals["failed"] or not totals["passed"] else 0
 
 
