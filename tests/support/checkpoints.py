@@ -227,3 +227,21 @@ def edit_keras_config(src, dst, layer_class, field, value):
                 data = json.dumps(config)
             target.writestr(info.filename, data)
     return dst
+
+
+def model_of_cached_entry(monkeypatch, family, architecture, entry, state_dict):
+    """The model `keras_vit.VisionTransformer(**architecture, weights=entry.name)` builds (16 x 16 px, logits)
+    with `architecture` registered as `family`, `entry` as the only named weights and `state_dict` written
+    to its cache file as timm's safetensors (no download)."""
+    import keras_vit
+    from keras_vit.family_variants import FAMILIES
+    from keras_vit.weights import registry
+    from keras_vit.weights.containers import write_safetensors
+
+    monkeypatch.setitem(FAMILIES, family, architecture)
+    monkeypatch.setattr(registry, "ENTRIES", [entry])
+    path = registry.cache_path(entry)
+    os.makedirs(os.path.dirname(path))
+    write_safetensors(path, state_dict, {"format": "pt"})
+    args = {k: v for k, v in architecture.items() if k != "input_size"}
+    return keras_vit.VisionTransformer(**args, weights=entry.name, classifier_activation=None, input_shape=(16, 16, 3))

@@ -102,13 +102,11 @@ def shapes(width, depth, heads, mlp, patch=16, classes=1000, mixed=False):
     return out
 
 
-def state_dict(rng, width=32, depth=2, heads=2, mlp=64, patch=4, classes=5, mixed=False, ape_grid=None):
-    """Random float32 weights under timm's key names (`shapes`, and an `ape_grid` x `ape_grid` `_ape` table
-    where given): norms and LayerScale near 1 / 0.5,
-    projections scaled by their fan-in, the mixed frequencies larger than timm's initial ones
-    (so that every rotation matters)."""
+def _random(rng, shapes):
+    """Random weights of `shapes` (drawn in their order): norms near 1, LayerScale near 0.5, matrices scaled
+    by their fan-in, the patch embedding by 0.3, biases by 0.1, a position table by 0.5."""
     sd = {}
-    for key, shape in shapes(width, depth, heads, mlp, patch, classes, mixed).items():
+    for key, shape in shapes.items():
         noise = rng.normal(size=shape)
         if key.endswith(("norm1.weight", "norm2.weight", "norm.weight")):
             noise = 1 + 0.1 * noise
@@ -120,7 +118,18 @@ def state_dict(rng, width=32, depth=2, heads=2, mlp=64, patch=4, classes=5, mixe
             noise = noise * 0.3
         elif key.endswith("bias"):
             noise = noise * 0.1
+        elif key == "pos_embed":
+            noise = noise * 0.5
         sd[key] = noise
+    return sd
+
+
+def state_dict(rng, width=32, depth=2, heads=2, mlp=64, patch=4, classes=5, mixed=False, ape_grid=None):
+    """Random float32 weights under timm's key names (`shapes`, and an `ape_grid` x `ape_grid` `_ape` table
+    where given): norms and LayerScale near 1 / 0.5,
+    projections scaled by their fan-in, the mixed frequencies larger than timm's initial ones
+    (so that every rotation matters)."""
+    sd = _random(rng, shapes(width, depth, heads, mlp, patch, classes, mixed))
     if ape_grid:  # the `_ape` variants' table of the patches only
         sd["pos_embed"] = 0.5 * rng.normal(size=(1, ape_grid * ape_grid, width))
     return {k: np.asarray(v, np.float32) for k, v in sd.items()}
@@ -213,18 +222,5 @@ def eva02_shapes(width, depth, heads, hidden, patch=14, grid=16, classes=1000, u
 
 def eva02_state_dict(rng, width=32, depth=2, heads=2, hidden=48, patch=4, grid=4, classes=5, unfused=False):
     """Random float32 EVA-02 weights under timm's key names (`eva02_shapes`), scaled as `state_dict`'s."""
-    sd = {}
-    for key, shape in eva02_shapes(width, depth, heads, hidden, patch, grid, classes, unfused).items():
-        noise = rng.normal(size=shape)
-        if key.endswith("norm.weight") or key.endswith(("norm1.weight", "norm2.weight")):
-            noise = 1 + 0.1 * noise
-        elif len(shape) == 2:
-            noise = noise * shape[1] ** -0.5
-        elif key == "patch_embed.proj.weight":
-            noise = noise * 0.3
-        elif key.endswith("bias"):
-            noise = noise * 0.1
-        elif key == "pos_embed":
-            noise = noise * 0.5
-        sd[key] = noise
-    return {k: np.asarray(v, np.float32) for k, v in sd.items()}
+    return {k: np.asarray(v, np.float32) for k, v in _random(rng, eva02_shapes(
+        width, depth, heads, hidden, patch, grid, classes, unfused)).items()}

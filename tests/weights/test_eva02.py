@@ -16,6 +16,7 @@ from keras_vit.weights.containers import read_safetensors, write_safetensors
 
 torch = pytest.importorskip("torch")
 from tests.support import timm_rope_vit as reference  # noqa: E402
+from tests.support.checkpoints import model_of_cached_entry  # noqa: E402
 
 HEADS = 2
 SIZES = ((16, 16), (12, 20), (24, 8))  # the native 4 x 4 patches of 4 pixels, two others
@@ -123,16 +124,10 @@ def test_named_entry_builds_its_model_from_the_cached_file(tmp_path, rng, monkey
 
     architecture = dict(FAMILIES["EVA02B14"], patch_size=4, hidden_dim=32, depth=2, num_heads=HEADS, mlp_dim=48,
                         input_size=16, classes=5)
-    monkeypatch.setitem(FAMILIES, "EVA02Test", architecture)
     entry = WeightsEntry("EVA02Test", "eva02_test_patch4_16.mim_in22k_ft_in1k", 16, 5, None, "safetensors",
                          "https://example.invalid/model.safetensors", license="mit", preprocessing="eva02")
-    monkeypatch.setattr(registry, "ENTRIES", [entry])
     sd = reference.eva02_state_dict(rng, unfused=True)
-    path = registry.cache_path(entry)
-    os.makedirs(os.path.dirname(path))
-    write_safetensors(path, sd, {"format": "pt"})
-    args = {k: v for k, v in architecture.items() if k != "input_size"}
-    model = keras_vit.VisionTransformer(**args, weights=entry.name, classifier_activation=None, input_shape=(16, 16, 3))
+    model = model_of_cached_entry(monkeypatch, "EVA02Test", architecture, entry, sd)
     assert model.preprocessing == "eva02" and "mit" in registry.weights_table("EVA02Test")
     image = rng.uniform(-1, 1, (2, 3, 16, 16)).astype("float32")
     expected = reference.eva02_forward(sd, torch.from_numpy(image), HEADS).numpy()

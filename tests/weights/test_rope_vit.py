@@ -15,6 +15,7 @@ from keras_vit.weights.containers import write_safetensors
 
 torch = pytest.importorskip("torch")
 from tests.support import timm_rope_vit as reference  # noqa: E402
+from tests.support.checkpoints import model_of_cached_entry  # noqa: E402
 
 HEADS = 2
 SIZES = ((16, 16), (12, 20), (24, 8))  # the native 4 x 4 patches of 4 pixels, two others
@@ -111,16 +112,10 @@ def test_named_entry_builds_its_model_from_the_cached_file(tmp_path, rng, monkey
 
     architecture = dict(FAMILIES["RoPEMixedViTS16"], patch_size=4, hidden_dim=32, depth=2, num_heads=HEADS, mlp_dim=64,
                         input_size=16, classes=5)
-    monkeypatch.setitem(FAMILIES, "RoPEMixedViTTest", architecture)
     entry = WeightsEntry("RoPEMixedViTTest", "vit_test_patch4_rope_mixed_16.naver_in1k", 16, 5, None, "safetensors",
                          "https://example.invalid/model.safetensors", preprocessing="deit")
-    monkeypatch.setattr(registry, "ENTRIES", [entry])
     sd = reference.state_dict(rng, mixed=True)
-    path = registry.cache_path(entry)
-    os.makedirs(os.path.dirname(path))
-    write_safetensors(path, sd, {"format": "pt"})
-    args = {k: v for k, v in architecture.items() if k != "input_size"}
-    model = keras_vit.VisionTransformer(**args, weights=entry.name, classifier_activation=None, input_shape=(16, 16, 3))
+    model = model_of_cached_entry(monkeypatch, "RoPEMixedViTTest", architecture, entry, sd)
     assert model.preprocessing == "deit" and "apache-2.0" in registry.weights_table("RoPEMixedViTTest")
     image = rng.uniform(-1, 1, (2, 3, 16, 16)).astype("float32")
     expected = reference.forward(sd, torch.from_numpy(image), HEADS, mixed=True).numpy()
