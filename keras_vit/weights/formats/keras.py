@@ -21,7 +21,9 @@ _STORED = re.compile(r"(?P<layer>.*?)(?P<name>[^/]+)/vars/(?P<position>\d+)\Z")
 
 
 def detect(raw):
-    return raw.container in ("keras", "keras_h5") and "embedding/vars/0" in raw.tensors
+    """keras_vit's variable paths: its patch embedding and encoder blocks (KerasHub's differ)."""
+    return (raw.container in ("keras", "keras_h5") and "embedding/vars/0" in raw.tensors
+            and any(key.startswith("encoder/encoderblock_0/") for key in raw.tensors))
 
 
 def _variable_name(layer, position):
