@@ -6,7 +6,7 @@ Each backend runs the suite in two parts (`PARTS`), each part a pytest process; 
 of them (default: one per CPU core) run at the same time, the longest first. Most tests are
 small models whose time goes to one core's Python and dispatch, so on two cores two parts take
 little longer than one. Each part's output is printed whole when it ends. With PYTEST_ARGS a
-backend runs as one process: `pytest tests PYTEST_ARGS`.
+backend runs as one process: `pytest PYTEST_ARGS` (the whole suite unless they name paths).
 """
 
 import argparse
@@ -62,7 +62,7 @@ def parse(argv):
 
 def main(argv):
     jobs, backends, pytest_args = parse(argv)
-    parts = {"all": ("tests",)} if pytest_args else PARTS
+    parts = {"as given": ()} if pytest_args else PARTS  # no path given: pytest's testpaths, "tests"
     runs = [(backend, part, paths) for backend in backends for part, paths in parts.items()]
     start = time.time()
     with ThreadPoolExecutor(jobs) as pool:
