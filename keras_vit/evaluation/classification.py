@@ -7,7 +7,7 @@ import keras
 import numpy as np
 
 from keras_vit.heads import ends_with_softmax
-from keras_vit.inspect.model_parts import is_naflex
+from keras_vit.inspect.model_parts import is_naflex, position_layer
 from keras_vit.run_folder import load_model, metadata
 
 
@@ -18,11 +18,11 @@ def square_size(model):
         raise ValueError(f"The model takes {model.inputs[0].shape[1:]} images; a fixed square size is needed.")
     return int(height)
 
+
 def naflex_budget(model, model_path=None):
     """The patch budget of a NaFlex `model`'s images: the largest `naflex_seq_lens` of the run
     that saved the file `model_path` (its config.json), as its validation used, else the
     patches of the model's position table."""
-    from keras_vit.inspect.model_parts import position_layer
     from keras_vit.naflex import check_seq_lens
 
     if model_path is not None and os.path.isfile(model_path):
