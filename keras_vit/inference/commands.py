@@ -34,14 +34,16 @@ def _export(args):
         print(f"Wrote the LoRA adapter {args.model} as {ADAPTER_LAYOUTS[args.format]} to {args.output}"
               + (f"; KerasHub loads it with {loading}" if loading else "") + ".")
         return
-    from keras_vit.inference.serving import FORMATS, SPECS, check_output, check_quantize, check_requirements, export
+    from keras_vit.inference.serving import (FORMATS, check_output, check_quantize, check_requirements, export,
+                                             output_path)
+    from keras_vit.inference.serving_card import card_path
 
     formats = FORMATS if args.format == "all" else tuple(dict.fromkeys(args.format.split(",")))
     unknown = [fmt for fmt in formats if fmt not in FORMATS]
     if unknown:
         raise ValueError(f"--format {args.format}: unknown {', '.join(unknown)}; expected a comma-separated list "
                          f"of {', '.join(FORMATS)}, or all.")
-    outputs = {fmt: args.output + (SPECS[fmt].suffix if len(formats) > 1 else "") for fmt in formats}
+    outputs = {fmt: output_path(fmt, args.output, several=len(formats) > 1) for fmt in formats}
     for fmt, output in outputs.items():  # refuse before writing any
         check_requirements(fmt, not args.no_verify)
         check_quantize(fmt, args.quantize)
@@ -50,7 +52,8 @@ def _export(args):
         error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol,
                        overwrite=args.overwrite, quantize=args.quantize)
         checked = "" if error is None else f"; outputs match the {args.quantize or 'Keras'} model within {error:.2e}"
-        print(f"Exported {args.model}{f' quantized to {args.quantize}' if args.quantize else ''} as {fmt} to {output}{checked}.")
+        print(f"Exported {args.model}{f' quantized to {args.quantize}' if args.quantize else ''} as {fmt} to {output}{checked}; "
+              f"how to call it: {card_path(output)}.")
 
 
 def register(subparsers):

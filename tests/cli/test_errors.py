@@ -168,7 +168,7 @@ def test_export_replaces_an_earlier_export(model_file, tmp_path, capsys, monkeyp
     monkeypatch.setattr(export_lib, "_write", fake_saved_model("new"))
     assert main(["export", str(model_file), "--format", "saved_model", "--output", str(out), "--no-verify"]) == 0
     assert (out / "saved_model.pb").read_text() == "new"
-    assert sorted(os.listdir(tmp_path)) == ["vit.savedmodel"]
+    assert sorted(os.listdir(tmp_path)) == ["vit.savedmodel", "vit.savedmodel.serving.json"]
 
 
 def test_convert_refuses_an_existing_destination(npz, tmp_path, capsys):
