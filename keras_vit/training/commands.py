@@ -39,7 +39,8 @@ def _train(args):
     )
     run_dir = os.path.abspath(result.run_dir)
     print(f"Saved the best model to {os.path.abspath(result.best_path)} (last epoch: {os.path.abspath(result.final_path)}).")
-    print(f"Logs: {run_folder.path(run_dir, run_folder.LOG)}, TensorBoard: {run_folder.path(run_dir, run_folder.TENSORBOARD)}")
+    board = run_folder.path(run_dir, run_folder.TENSORBOARD)
+    print(f"Logs: {run_folder.path(run_dir, run_folder.LOG)}" + (f", TensorBoard: {board}" if os.path.isdir(board) else ""))
     return 0
 
 

@@ -208,6 +208,7 @@ def test_train_logged_to_a_pipe_is_quiet_and_one_line_per_epoch(tmp_path):
     epochs = re.findall(r"^\d+/\d+ - .* - val_accuracy: ", proc.stdout, re.M)
     assert len(epochs) == 2, proc.stdout
     assert len(proc.stdout) < 2000
+    assert "Logs: " in proc.stdout and "TensorBoard" not in proc.stdout  # --tensorboard false: no folder to name
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="the ONNX export always runs in a PyTorch process")
