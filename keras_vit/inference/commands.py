@@ -49,6 +49,7 @@ def _export(args):
         check_quantize(fmt, args.quantize)
         check_output(fmt, output, args.model, args.overwrite)
     for fmt, output in outputs.items():
+        print(f"Exporting as {fmt} to {output} (written, then run in its runtime and compared)...", flush=True)
         error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol,
                        overwrite=args.overwrite, quantize=args.quantize)
         checked = "" if error is None else f"; outputs match the {args.quantize or 'Keras'} model within {error:.2e}"
