@@ -1,6 +1,7 @@
 """`keras-vit predict | export`: using a trained model."""
 
 import os
+import sys
 
 
 def _predict(args):
@@ -26,11 +27,29 @@ def _predict(args):
 ADAPTER_LAYOUTS = {"peft": "a PEFT adapter", "kerashub": "a KerasHub LoRA file", "npz": "a keras_vit LoRA file"}
 
 
+def _peft_base_warning(adapter):
+    """Why transformers has no model for the base of the run that wrote `adapter` (its `config.json`
+    beside it), or None: PEFT applies an adapter to transformers' `ViTForImageClassification`, whose
+    head reads the class token."""
+    from keras_vit.run_folder import metadata
+
+    config = metadata(adapter).get("config", {})
+    pooling, class_token = config.get("pooling", "token"), config.get("class_token", True)
+    if pooling == "token" and class_token is not False:
+        return None
+    return (f"warning: the run's base model pools by {pooling!r}{'' if class_token is not False else ' without a class token'}; "
+            "transformers' ViTForImageClassification reads the class token, so PEFT on it gives other logits than "
+            "this run (keras-vit convert refuses the base for that reason; --include-top false writes its encoder).")
+
+
 def _export(args):
     if args.format in ADAPTER_LAYOUTS:
         from keras_vit.lora.adapter import convert
 
+        warning = _peft_base_warning(args.model) if args.format == "peft" else None
         loading = convert(args.model, args.output, args.format, overwrite=args.overwrite)
+        if warning:
+            print(warning, file=sys.stderr)
         print(f"Wrote the LoRA adapter {args.model} as {ADAPTER_LAYOUTS[args.format]} to {args.output}"
               + (f"; KerasHub loads it with {loading}" if loading else "") + ".")
         return
