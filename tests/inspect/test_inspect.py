@@ -269,3 +269,16 @@ def test_inspect_command_builds_a_named_variant(tmp_path, rng, capsys):
     assert "randomly initialised" in capsys.readouterr().out
     assert {p.name for p in out.iterdir()} == {"attention_rollout.png", "mean_attention_distance.png",
                                                "position_embedding_similarity.png", "embedding_filters.png"}
+
+
+def test_the_rollout_figure_shows_the_map_itself_with_its_range(rng):
+    """A nearly flat map (0.84-1.0, as a small model's) looks like the input in the paper's panel:
+    the figure adds the map as a heat map with a colour bar, and says its range."""
+    images = rng.uniform(0, 255, size=(1, SIZE, SIZE, 3))
+    maps = 0.84 + 0.16 * rng.uniform(0, 1, size=(1, SIZE, SIZE))
+    figure = inspect.plot_attention_rollout(images, maps)
+    titles = [ax.get_title() for ax in figure.axes]
+    assert "Input" in titles and f"Attention {maps.min():.2f}-{maps.max():.2f}" in titles
+    heat = [image for ax in figure.axes for image in ax.get_images() if image.get_cmap().name == "inferno"]
+    assert len(heat) == 1 and heat[0].get_clim() == (maps.min(), maps.max())
+    assert any(ax.get_ylabel() == "attention weight" for ax in figure.axes)  # the colour bar
