@@ -167,7 +167,7 @@ class _TrainFields:
         1, "micro-batches accumulated per optimizer step", group=OPTIMISATION, interval=f"[1, {MAX_BATCH}]")
     epochs: int = option(10, "epochs (ignored when steps is set)", group=OPTIMISATION, interval=f"[1, {MAX_STEPS}]")
     steps: Optional[int] = option(
-        None, "total optimizer steps (overrides epochs)", group=OPTIMISATION, interval=f"[1, {MAX_STEPS}]")
+        None, "total optimizer steps, exactly (overrides epochs; the last epoch runs what is left)", group=OPTIMISATION, interval=f"[1, {MAX_STEPS}]")
     optimizer: str = option(
         "sgd", "sgd, adam, adamw or muon (Keras' Muon for the hidden kernels, its AdamW step for embeddings, head, "
         "norms and biases)", group=OPTIMISATION, choices=OPTIMIZERS)
