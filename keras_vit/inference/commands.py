@@ -5,7 +5,8 @@ import sys
 
 
 def _predict(args):
-    from keras_vit.inference.predict import check_top, load_model, predict
+    from keras_vit.imagenet import check_top
+    from keras_vit.inference.predict import load_model, predict
 
     check_top(args.top)
     from keras_vit.files import regular_file
