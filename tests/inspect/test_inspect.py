@@ -282,3 +282,23 @@ def test_the_rollout_figure_shows_the_map_itself_with_its_range(rng):
     heat = [image for ax in figure.axes for image in ax.get_images() if image.get_cmap().name == "inferno"]
     assert len(heat) == 1 and heat[0].get_clim() == (maps.min(), maps.max())
     assert any(ax.get_ylabel() == "attention weight" for ax in figure.axes)  # the colour bar
+
+
+@pytest.mark.parametrize("options, expected, said", [
+    (dict(position_embedding="rope"), {"attention_rollout.png", "mean_attention_distance.png", "embedding_filters.png"},
+     "skipping the position-embedding similarity: vision_transformer has no position table"),
+    (dict(naflex=True, class_token=False, pooling="avg"), None, "is a NaFlex model"),
+])
+def test_inspect_on_rotary_and_naflex_models(tmp_path, rng, capsys, options, expected, said):
+    """Both ended in a traceback (an AttributeError each): a rotary model gets the panels it has, a NaFlex one a line."""
+    image_path = tmp_path / "cat.png"
+    Image.fromarray(rng.integers(0, 255, size=(40, 50, 3), dtype=np.uint8)).save(image_path)
+    VisionTransformer(patch_size=8, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, input_shape=(32, 32, 3), classes=3,
+                      **options).save(tmp_path / "m.keras")
+    out = tmp_path / "out"
+    code = main(["inspect", str(image_path), "--model", str(tmp_path / "m.keras"), "--out", str(out)])
+    captured = capsys.readouterr()
+    if expected is None:
+        assert code == 2 and said in captured.err and captured.err.count("\n") == 1 and not out.exists()
+    else:
+        assert code == 0 and said in captured.out and {p.name for p in out.iterdir()} == expected
