@@ -164,6 +164,9 @@ def run(task, config=None, *, data=None, callbacks=(), resume=True, overwrite_ou
     what `task.finish` makes of it. `data`, `callbacks`, `resume` and `overwrite_output_dir`
     as for `train`."""
     config = resolve_config(task, config, overrides)
+    if config.output_dir is None and data is not None and not isinstance(data, (str, os.PathLike)):
+        # arrays given in Python: not the recipe's data, so not the run folder `keras-vit train` resumes
+        config = config.replace(output_dir=os.path.join("runs", f"{config.recipe}-arrays"))
     check_monitor(task, config)
     run_folder.check_owned(config.run_dir, overwrite_output_dir)
     started = time.time()

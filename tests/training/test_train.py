@@ -273,3 +273,12 @@ def test_steps_n_runs_n_steps_and_resumes_through_the_short_last_epoch(tmp_path)
     assert result.resumed_from == 6 and result.steps == 11 and rest.steps == 5 and rest.epochs == [1]
     with pytest.raises(ValueError, match=r"different settings \(steps: 11 -> 20\)"):
         train(config.replace(steps=20), data=data)
+
+
+def test_arrays_given_in_python_train_in_their_own_default_folder(tmp_path, monkeypatch):
+    """`train("digits", data=(x, y))` wrote to runs/digits, the command line's run: after one, a SettingsChanged."""
+    monkeypatch.chdir(tmp_path)
+    config = recipe("digits", **{**TINY, "steps": 1, "depth": 1})
+    result = train(config, data=_small_digits())
+    assert os.path.abspath(result.run_dir) == str(tmp_path / "runs" / "digits-arrays")
+    assert not (tmp_path / "runs" / "digits").exists()
