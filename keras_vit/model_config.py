@@ -52,7 +52,7 @@ def _preprocessing(value):
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
     """Everything `build_model` needs: the arguments of `VisionTransformer` except the input
-    and the weights. `approximate_gelu` / `layer_norm_epsilon` / `num_registers` /
+    and the weights. `approximate_gelu` / `quick_gelu` / `layer_norm_epsilon` / `num_registers` /
     `interpolation` None mean "the checkpoint's own" until the loader (or the builder, without
     weights) resolves them."""
 

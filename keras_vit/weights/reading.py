@@ -101,5 +101,5 @@ def weights_checkpoint(source, config=None, num_heads=None, force_download=False
     ckpt = read_checkpoint(path, num_heads=heads)
     if entry is None:
         return ckpt
-    quick_gelu = ckpt.quick_gelu if entry.quick_gelu is None else entry.quick_gelu
+    quick_gelu = entry.quick_gelu if ckpt.quick_gelu is None else ckpt.quick_gelu
     return dataclasses.replace(ckpt, preprocessing=entry.preprocessing, quick_gelu=quick_gelu)
