@@ -114,7 +114,7 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
     else:
         images = keras.Input(tensor=input_tensor, shape=input_shape, name="images")
     features = images if config.stem is None else config.stem(images)
-    patches = PatchEmbedding(config.patch_size, config.hidden_dim, name="embedding")(features)
+    patches = PatchEmbedding(config.patch_size, config.hidden_dim, use_bias=config.patch_bias, name="embedding")(features)
     tokens = _patch_norm(config, keras.layers.Reshape((-1, config.hidden_dim), name="flatten")(patches))
     if config.class_token:
         tokens = ClassToken(name="class_token")(tokens)
@@ -148,9 +148,11 @@ def _naflex_model(config, input_shape, grid):
 
 
 def _finish(config, inputs, tokens, encoder_inputs):
-    """The model from the embedded `tokens` on: encoder (given `encoder_inputs`: rope
-    coordinates or the NaFlex mask), pooling and head."""
+    """The model from the embedded `tokens` on: the norm before the blocks (`pre_norm`), encoder
+    (given `encoder_inputs`: rope coordinates or the NaFlex mask), pooling, projection and head."""
     tokens = keras.layers.Dropout(config.dropout_rate, seed=config.seed, name="dropout", dtype="float32")(tokens)
+    if config.pre_norm:
+        tokens = normalization(config.norm, config.layer_norm_epsilon, "pre_norm")(tokens)
     tokens = Encoder(
         config.depth, config.num_heads, config.mlp_dim, **config.relayed(ENCODER), final_norm=not config.fc_norm,
         name="encoder",
@@ -160,6 +162,8 @@ def _finish(config, inputs, tokens, encoder_inputs):
         outputs = _pool(config, tokens, encoder_inputs.get("valid"))
         if config.fc_norm:
             outputs = normalization(config.norm, config.layer_norm_epsilon, "fc_norm")(outputs)
+        if config.projection_dim:
+            outputs = keras.layers.Dense(config.projection_dim, use_bias=False, name="projection")(outputs)
     if config.include_top:
         if config.representation_size:
             outputs = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")(outputs)

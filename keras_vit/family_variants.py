@@ -26,6 +26,11 @@ _SIGLIP = dict(class_token=False, pooling="map", approximate_gelu=True, input_si
 _AIMV2 = dict(patch_size=14, class_token=False, norm="rmsnorm", patch_norm=True, mlp="swiglu", qkv_bias=False,
               proj_bias=False, mlp_bias=False, layer_norm_epsilon=1e-5, input_size=224, include_top=False,
               preprocessing="aimv2")
+# CLIP image towers (Radford et al., 2021; transformers `CLIPVisionModelWithProjection`, OpenCLIP, timm `vit_*_clip_*`):
+# a LayerNorm before the blocks, no patch-embedding bias, epsilon 1e-5, the pooled class token projected (bias-free).
+# The activation is the weights' (OpenAI's and some others' quick GELU: their entries say so), else GELU.
+_CLIP = dict(pre_norm=True, patch_bias=False, approximate_gelu=False, layer_norm_epsilon=1e-5, include_top=False,
+             pooling="token", input_size=224, preprocessing="clip")
 
 FAMILIES = {
     # DeiT distilled (Touvron et al., 2021): a distillation token and a second head.
@@ -74,4 +79,10 @@ FAMILIES = {
     "AIMv23B14": dict(_AIMV2, hidden_dim=3072, depth=24, num_heads=24, mlp_dim=8192),
     "AIMv2L14Native": dict(_AIMV2, hidden_dim=1024, depth=24, num_heads=8, mlp_dim=2816, position_embedding="sincos2d",
                            sincos_form="mae"),
+    # CLIP: OpenAI's B/32, B/16, L/14 (224 and 336 px weights), OpenCLIP's H/14 and bigG/14 (timm's `vit_gigantic`).
+    "CLIPB32": dict(_CLIP, patch_size=32, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072, projection_dim=512),
+    "CLIPB16": dict(_CLIP, patch_size=16, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072, projection_dim=512),
+    "CLIPL14": dict(_CLIP, patch_size=14, hidden_dim=1024, depth=24, num_heads=16, mlp_dim=4096, projection_dim=768),
+    "CLIPH14": dict(_CLIP, patch_size=14, hidden_dim=1280, depth=32, num_heads=16, mlp_dim=5120, projection_dim=1024),
+    "CLIPBigG14": dict(_CLIP, patch_size=14, hidden_dim=1664, depth=48, num_heads=16, mlp_dim=8192, projection_dim=1280),
 }

@@ -52,7 +52,7 @@ def _preprocessing(value):
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
     """Everything `build_model` needs: the arguments of `VisionTransformer` except the input
-    and the weights. `approximate_gelu` / `layer_norm_epsilon` / `num_registers` /
+    and the weights. `approximate_gelu` / `quick_gelu` / `layer_norm_epsilon` / `num_registers` /
     `interpolation` None mean "the checkpoint's own" until the loader (or the builder, without
     weights) resolves them."""
 
@@ -70,6 +70,10 @@ class ViTConfig:
         "or None: with include_top=False None returns the whole (batch, prefix + patches, hidden_dim) sequence; "
         "with include_top=True it picks the head's input (default: the class token if any, else the mean)",
         group=HEAD, choices=POOLINGS)
+    projection_dim: Optional[int] = option(
+        None, "width of a bias-free Dense on the pooled features, before any head (CLIP's image projection: "
+        "transformers' `visual_projection`, OpenCLIP's `visual.proj`, the `head` of timm's CLIP towers); applied only "
+        "to pooled features (include_top or pooling); None: none", group=HEAD, interval=SIZES)
     classes: int = option(1000, "number of classes of the head", group=HEAD, interval=SIZES)
     classifier_activation: Any = option(
         "softmax", "activation of the head's output (a Keras activation name or a callable); None returns logits",
@@ -96,6 +100,10 @@ class ViTConfig:
     layer_norm_epsilon: Optional[float] = option(
         None, "epsilon of every LayerNorm; None: the checkpoint's own (a Hugging Face config's `layer_norm_eps`), "
         "else 1e-6", group=NUMERICS, check=_epsilon, to=ENCODER)
+    quick_gelu: Optional[bool] = option(
+        None, "quick GELU x * sigmoid(1.702 x) in every MLP instead of GELU (OpenAI CLIP; transformers' "
+        "`hidden_act='quick_gelu'`, OpenCLIP's `quick_gelu`, timm's `act_layer='quick_gelu'`; `approximate_gelu` is then "
+        "unused); None: the checkpoint's own, else False", group=NUMERICS, to=ENCODER)
     class_token: bool = option(
         True, "prepend the learned class token (False: the class-token-free models of the paper's App. D.3, "
         "big_vision and SigLIP)", group=TOKENS)
@@ -170,6 +178,11 @@ class ViTConfig:
     fc_norm: bool = option(
         False, "the final LayerNorm on the pooled features instead of on the tokens (timm's `fc_norm`, e.g. its "
         "global_pool='avg' models); needs pooling", group=MODEL)
+    # CLIP's image tower (transformers `CLIPVisionModel`, OpenCLIP `VisionTransformer`, timm `*_clip_*`).
+    pre_norm: bool = option(
+        False, "a `norm` of the embedded tokens before the first block (CLIP: transformers' `pre_layrnorm`, timm's "
+        "`norm_pre`, OpenCLIP's `ln_pre`)", group=MODEL)
+    patch_bias: bool = option(True, "a bias on the patch embedding (False: CLIP)", group=MODEL)
     stem: Any = option(
         None, "a layer mapping images to the feature map that is patch-embedded instead of the pixels "
         "(the hybrid architecture)", group=MODEL)
@@ -219,6 +232,8 @@ class ViTConfig:
                        "position_embedding='learned', no registers, no stem and patch_drop_rate=0.")
         elif self.sincos_form != "big_vision" and self.position_embedding != "sincos2d":
             problem = "sincos_form chooses the sin-cos frequencies; it needs position_embedding='sincos2d'."
+        elif self.quick_gelu and self.mlp != "gelu":
+            problem = "quick_gelu=True replaces the GELU of mlp='gelu'; the SwiGLU MLP is SiLU-gated: use quick_gelu=False."
         if problem:
             raise ValueError(problem)
 

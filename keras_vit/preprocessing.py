@@ -13,6 +13,8 @@ import dataclasses
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 HALF = (0.5, 0.5, 0.5)
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,13 +48,16 @@ PREPROCESSING = {
     # DINOv3 (transformers DINOv3ViTImageProcessorFast: ImageNet mean / std, bilinear resize to 224, no crop).
     "dinov3": Preprocessing(IMAGENET_MEAN, IMAGENET_STD, "bilinear", 1.0),
     # EVA-02 (timm eva.py `_cfg`s: OpenAI CLIP mean / std, bicubic; the fine-tuned models uncropped).
-    "eva02": Preprocessing((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711), "bicubic", 1.0),
+    "eva02": Preprocessing(CLIP_MEAN, CLIP_STD, "bicubic", 1.0),
     # SigLIP (transformers SiglipImageProcessor: mean / std 0.5, bicubic resize to the square).
     "siglip": Preprocessing(HALF, HALF, "bicubic", 1.0),
     # SigLIP 2 NaFlex (transformers Siglip2ImageProcessor: mean / std 0.5, bilinear resize to the patch budget).
     "siglip2": Preprocessing(HALF, HALF, "bilinear", 1.0),
+    # CLIP (OpenAI's preprocessing, transformers CLIPImageProcessor, OpenCLIP: OpenAI CLIP mean / std, bicubic resize of
+    # the short side to the input size, centre crop).
+    "clip": Preprocessing(CLIP_MEAN, CLIP_STD, "bicubic", 1.0),
     # AIMv2 (apple/aimv2-*'s CLIPImageProcessor: OpenAI CLIP mean / std, bicubic resize of the short side, centre crop).
-    "aimv2": Preprocessing((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711), "bicubic", 1.0),
+    "aimv2": Preprocessing(CLIP_MEAN, CLIP_STD, "bicubic", 1.0),
 }
 DEFAULT = "vit"
 

@@ -35,6 +35,7 @@ def VisionTransformer(*args, **kwargs):
         config = dataclasses.replace(
             config,
             approximate_gelu=True if config.approximate_gelu is None else config.approximate_gelu,
+            quick_gelu=bool(config.quick_gelu),
             layer_norm_epsilon=LAYER_NORM_EPSILON if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
             num_registers=config.num_registers or 0,
         )

@@ -10,11 +10,13 @@ class PatchEmbedding(keras.layers.Layer):
 
     Input `(batch, height, width, channels)`; output the patch grid
     `(batch, height // patch_size, width // patch_size, hidden_dim)`. The kernel has the
-    original HWIO layout `(patch_size, patch_size, channels, hidden_dim)`.
+    original HWIO layout `(patch_size, patch_size, channels, hidden_dim)`; `use_bias=False`: no
+    bias (CLIP).
     """
 
-    def __init__(self, patch_size, hidden_dim, **kwargs):
+    def __init__(self, patch_size, hidden_dim, use_bias=True, **kwargs):
         super().__init__(**kwargs)
+        self.use_bias = bool(use_bias)
         self.patch_size = int(patch_size)
         self.hidden_dim = int(hidden_dim)
 
@@ -34,12 +36,12 @@ class PatchEmbedding(keras.layers.Layer):
             shape=(p, p, channels, self.hidden_dim),
             initializer=keras.initializers.LecunNormal(),
         )
-        self.bias = self.add_weight(name="bias", shape=(self.hidden_dim,), initializer="zeros")
+        self.bias = self.add_weight(name="bias", shape=(self.hidden_dim,), initializer="zeros") if self.use_bias else None
 
     def call(self, images):
         p = self.patch_size
         x = ops.conv(images, self.kernel, strides=p, padding="valid", data_format="channels_last")
-        return x + self.bias
+        return x if self.bias is None else x + self.bias
 
     def compute_output_shape(self, input_shape):
         p = self.patch_size
@@ -47,4 +49,5 @@ class PatchEmbedding(keras.layers.Layer):
         return (input_shape[0], *grid, self.hidden_dim)
 
     def get_config(self):
-        return {**super().get_config(), "patch_size": self.patch_size, "hidden_dim": self.hidden_dim}
+        return {**super().get_config(), "patch_size": self.patch_size, "hidden_dim": self.hidden_dim,
+                "use_bias": self.use_bias}

@@ -28,7 +28,8 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
     `key_bias=False` drops the key bias, `qkv_bias` / `proj_bias` / `qk_norm` are
     `MultiHeadSelfAttention`'s; `mlp_bias=False`: an MLP without biases; `norm="rmsnorm"`:
     RMSNorm (`keras_vit.layers.norms`) for `ln_1`, `ln_2` (and the query / key norms);
-    `mlp_norm=True`: a norm of that kind in the MLP before its output layer (EVA-02).
+    `mlp_norm=True`: a norm of that kind in the MLP before its output layer (EVA-02);
+    `quick_gelu=True`: the GELU MLP's activation is `x * sigmoid(1.702 x)` (OpenAI CLIP).
 
     LayerNorm / RMSNorm run in float32 under mixed precision (Keras' LayerNormalization upcasts), and
     so does the residual stream `x` (`Float32Stream`).
@@ -55,6 +56,7 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         qk_norm=False,
         norm="layernorm",
         mlp_norm=False,
+        quick_gelu=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -85,7 +87,8 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         self.ln_2 = normalization(norm, self.layer_norm_epsilon, "ln_2", policy)
         block = SwiGLUBlock if mlp == "swiglu" else MLPBlock
         self.mlp = block(mlp_dim, dropout_rate, approximate_gelu, seed=seed, bias=mlp_bias, name="mlp", dtype=policy,
-                         hidden_norm=norm if mlp_norm else None, epsilon=self.layer_norm_epsilon)
+                         hidden_norm=norm if mlp_norm else None, epsilon=self.layer_norm_epsilon,
+                         quick_gelu=quick_gelu)
         self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy)
         self.scales = ()
         if self.layer_scale_init is not None:
@@ -139,4 +142,5 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
             "qk_norm": self.attention.qk_norm,
             "norm": self.norm,
             "mlp_norm": self.mlp.hidden_norm is not None,
+            "quick_gelu": self.mlp.quick_gelu,
         }

@@ -10,7 +10,7 @@ from keras_vit.interpolation import DEFAULT
 from keras_vit.layers.position_embedding import resize_position_embedding
 from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import stems, variables
-from keras_vit.weights.canonical import ATTN, FC_NORM, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS
+from keras_vit.weights.canonical import ATTN, FC_NORM, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS, PROJECTION
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.patch_resize import resized_patch_kernel
 
@@ -46,6 +46,13 @@ def check_architecture(ckpt, config):
             f"the checkpoint's final LayerNorm is {where[ckpt.fc_norm]}, the model's {where[config.fc_norm]} "
             f"(build it with fc_norm={ckpt.fc_norm})"
         )
+    for name in ("pre_norm", "patch_bias"):  # CLIP's
+        if getattr(ckpt, name) != getattr(config, name):
+            problems.append(f"the checkpoint has {name}={getattr(ckpt, name)}, the model {name}={getattr(config, name)} "
+                            f"(build it with {name}={getattr(ckpt, name)})")
+    if config.projection_dim and ckpt.projection_dim != config.projection_dim:
+        problems.append(f"the checkpoint's image projection is {ckpt.projection_dim or 'absent'} wide, the model's "
+                        f"{config.projection_dim} (build it with projection_dim={ckpt.projection_dim})")
     if ckpt.num_registers != config.num_registers:
         problems.append(
             f"the checkpoint has {ckpt.num_registers} register tokens, the model {config.num_registers} "
@@ -76,6 +83,8 @@ def select_head(ckpt, config):
     if not pooled:  # the tokens, without the norm of the pooled features (timm's fc_norm)
         for key in FC_NORM:
             tensors.pop(key, None)
+    if not (pooled and config.projection_dim):  # the features before CLIP's image projection
+        tensors.pop(PROJECTION, None)
     if not (config.include_top and config.distillation_head):
         for key in HEAD_DIST:
             tensors.pop(key, None)
@@ -149,7 +158,7 @@ def assign(model, ckpt, tensors, new=()):
 def build_from_checkpoint(config, ckpt, interpolation=None, input_shape=None, input_tensor=None):
     """The model for the `ViTConfig` `config` holding `ckpt`'s weights. Defaults follow the
     checkpoint: input size (its resolution), GELU flavour (tanh for the original npz files,
-    exact for timm / Hugging Face), LayerNorm epsilon, register tokens, preprocessing and the resize
+    exact for timm / Hugging Face, quick GELU where the checkpoint says so), LayerNorm epsilon, register tokens, preprocessing and the resize
     of the position embeddings (its library's; `interpolation`, else `config.interpolation`, chooses
     another). Another patch size than the checkpoint's resizes the patch embedding (FlexiViT,
     as that library does) and, at the same resolution, the position embeddings."""
@@ -160,6 +169,7 @@ def build_from_checkpoint(config, ckpt, interpolation=None, input_shape=None, in
         config,
         approximate_gelu=(True if ckpt.approximate_gelu is None else ckpt.approximate_gelu)
         if config.approximate_gelu is None else config.approximate_gelu,
+        quick_gelu=bool(ckpt.quick_gelu) if config.quick_gelu is None else config.quick_gelu,
         layer_norm_epsilon=(ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON)
         if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
         preprocessing=config.preprocessing or ckpt.preprocessing,

@@ -37,6 +37,10 @@ MLP_NORM = MLP + "LayerNorm_0/"
 ROPE_FREQS = ATTN + "rope_frequencies"
 # AIMv2's norm of the patch embeddings (`patch_norm`): `scale`, and `bias` for a LayerNorm.
 EMBEDDING_NORM = "embedding_norm/"
+# CLIP's norm of the embedded tokens before the blocks (`pre_norm`) and its bias-free image projection
+# `(width, projection_dim)` on the pooled features.
+PRE_NORM = "pre_norm/"
+PROJECTION = "projection/kernel"
 MAP = "MAPHead_0/"
 MAP_ATTN = MAP + "MultiHeadDotProductAttention_0/"
 MAP_KEYS = (
@@ -62,7 +66,8 @@ class Metadata:
     (patches, spatial shapes and mask in; SigLIP 2); `rope_form`: the rotary form
     (`keras_vit.layers.rope.FORMS`) where it is not DINOv3's; `sincos_form`: the frequencies of
     its fixed sin-cos embeddings (`ViTConfig.sincos_form`) where they are not big_vision's;
-    `rope_indexing` / `rope_reference_grid`: the axial form's grid order and reference grid (EVA-02: "ij", (16, 16))."""
+    `rope_indexing` / `rope_reference_grid`: the axial form's grid order and reference grid (EVA-02: "ij", (16, 16)).
+    `quick_gelu`: True where its MLPs run `x * sigmoid(1.702 x)` (OpenAI CLIP), False where GELU."""
 
     approximate_gelu: Optional[bool] = None
     num_heads: Optional[int] = None
@@ -78,6 +83,7 @@ class Metadata:
     sincos_form: Optional[str] = None
     rope_indexing: Optional[str] = None
     rope_reference_grid: Optional[tuple] = None
+    quick_gelu: Optional[bool] = None
 
 
 def _is_count(value):
@@ -100,8 +106,9 @@ def check_metadata(meta, path):
         isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0
     ):
         problems.append(f"layer_norm_epsilon={eps!r} (expected a finite number > 0)")
-    if meta.approximate_gelu is not None and not isinstance(meta.approximate_gelu, bool):
-        problems.append(f"approximate_gelu={meta.approximate_gelu!r} (expected true or false)")
+    for name in ("approximate_gelu", "quick_gelu"):
+        if getattr(meta, name) is not None and not isinstance(getattr(meta, name), bool):
+            problems.append(f"{name}={getattr(meta, name)!r} (expected true or false)")
     theta = meta.rope_theta
     if theta is not None and (isinstance(theta, bool) or not isinstance(theta, numbers.Real)
                               or not math.isfinite(theta) or theta <= 0):
@@ -149,6 +156,7 @@ class Checkpoint:
     sincos_form: str = None
     rope_indexing: str = None
     rope_reference_grid: tuple = None
+    quick_gelu: bool = None
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None
@@ -226,6 +234,18 @@ class Checkpoint:
         return FC_NORM[0] in self.tensors
 
     @property
+    def pre_norm(self):
+        return PRE_NORM + "scale" in self.tensors
+
+    @property
+    def patch_bias(self):
+        return "embedding/bias" in self.tensors
+
+    @property
+    def projection_dim(self):
+        return (self.shape(PROJECTION) or [None])[-1]
+
+    @property
     def patch_norm(self):
         return EMBEDDING_NORM + "scale" in self.tensors
 
@@ -294,10 +314,14 @@ class Checkpoint:
         """Canonical key -> the shape the model's architecture gives it (stem keys left out),
         from the width (class token), patch embedding, MLP width, heads and head sizes."""
         width, heads, mlp = self.hidden_dim, self.num_heads, self.mlp_dim
-        logits_in = self.representation_size or width
+        pooled = self.projection_dim or width  # what pre_logits / the head read
+        logits_in = self.representation_size or pooled
         hidden = 2 * mlp if self.mlp == "swiglu" else mlp  # SwiGLU packs gate and value in Dense_0
         shapes = {"cls": (1, 1, width), DIST: (1, 1, width), "embedding/bias": (width,),
-                  EMBEDDING_NORM + "scale": (width,), EMBEDDING_NORM + "bias": (width,)}
+                  EMBEDDING_NORM + "scale": (width,), EMBEDDING_NORM + "bias": (width,),
+                  PRE_NORM + "scale": (width,), PRE_NORM + "bias": (width,)}
+        if self.projection_dim:
+            shapes[PROJECTION] = (width, self.projection_dim)
         if REG in self.tensors:
             shapes[REG] = (1, self.num_registers, width)
         shapes.update({key: (width,) for key in ("Transformer/encoder_norm/scale", "Transformer/encoder_norm/bias", *FC_NORM)})
@@ -323,7 +347,7 @@ class Checkpoint:
         shapes.update({MAP + "MlpBlock_0/Dense_0/kernel": (width, mlp), MAP + "MlpBlock_0/Dense_0/bias": (mlp,),
                        MAP + "MlpBlock_0/Dense_1/kernel": (mlp, width), MAP + "MlpBlock_0/Dense_1/bias": (width,)})
         if self.representation_size:
-            shapes.update({"pre_logits/kernel": (width, self.representation_size), "pre_logits/bias": (self.representation_size,)})
+            shapes.update({"pre_logits/kernel": (pooled, self.representation_size), "pre_logits/bias": (self.representation_size,)})
         if self.classes:
             for kernel, bias in (HEAD, HEAD_DIST):
                 shapes.update({kernel: (logits_in, self.classes), bias: (self.classes,)})
@@ -405,6 +429,9 @@ class Checkpoint:
             **({"rope_indexing": self.rope_indexing} if self.rope_indexing not in (None, "xy") else {}),
             **({"rope_reference_grid": tuple(self.rope_reference_grid)} if self.rope_reference_grid else {}),
             **({"mlp_norm": True} if self.mlp_norm else {}),
+            pre_norm=self.pre_norm,
+            patch_bias=self.patch_bias,
+            projection_dim=self.projection_dim,
         )
 
 

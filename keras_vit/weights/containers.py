@@ -34,7 +34,11 @@ HF_WEIGHT_FILES = (
     "model.safetensors.index.json",
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
+    "open_clip_model.safetensors",
+    "open_clip_pytorch_model.bin",
 )
+# OpenCLIP's model configuration beside its weights (meta "open_clip_config").
+OPEN_CLIP_CONFIG = "open_clip_config.json"
 KERAS_WEIGHT_SUFFIX = ".weights.h5"
 # Float32 weights barely compress: a zip member or HDF5 dataset declaring more than this many
 # times what it stores (plus a MiB, for small zero-filled tensors) is refused before it is read.
@@ -54,7 +58,8 @@ class RawCheckpoint:
     of the layers holding a variable, then `vars/<position>` (e.g.
     `encoder/encoderblock_0/ln_1/vars/0`); in a folder, prefixed by the file name
     (`model.weights.h5/...`). `meta`: "config" (the `config.json` of a folder or `.keras`
-    file, or a Hugging Face one beside a weights file), "files" (a folder's file names),
+    file, or a Hugging Face one beside a weights file), "open_clip_config" (an OpenCLIP
+    `open_clip_config.json` in the folder or beside the file), "files" (a folder's file names),
     "metadata" (a safetensors header's)."""
 
     path: str
@@ -81,7 +86,7 @@ def folder_weight_files(folder):
 
 def reads_name(name):
     """Whether reading a checkpoint folder looks at a file called `name`."""
-    return name in (*HF_WEIGHT_FILES, "config.json", "task.json") or name.endswith(KERAS_WEIGHT_SUFFIX)
+    return name in (*HF_WEIGHT_FILES, "config.json", "task.json", OPEN_CLIP_CONFIG) or name.endswith(KERAS_WEIGHT_SUFFIX)
 
 
 def detect_container(path):
@@ -434,13 +439,20 @@ def read_json(path):
 
 
 def _sibling_config(path):
-    """The Hugging Face `config.json` next to a weights file, if there is one."""
-    config = os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
+    """The Hugging Face `config.json` next to a weights file, if there is one, and OpenCLIP's."""
+    folder = os.path.dirname(os.path.abspath(path))
+    meta = _open_clip_config(folder)
+    config = os.path.join(folder, "config.json")
     if os.path.isfile(config):
         data = read_json(config)
         if "model_type" in data:
-            return {"config": data}
-    return {}
+            meta["config"] = data
+    return meta
+
+
+def _open_clip_config(folder):
+    path = os.path.join(folder, OPEN_CLIP_CONFIG)
+    return {"open_clip_config": read_json(path)} if os.path.isfile(path) else {}
 
 
 def _read_weights_file(path):
@@ -481,9 +493,9 @@ def _read_hf_weights(folder, name):
 def read_folder(folder):
     """A folder of weights: Hugging Face single or sharded weight files, else its Keras
     `*.weights.h5` files (keys prefixed by the file name). Meta: "files" (the folder's file
-    names), "config" (its `config.json`)."""
+    names), "config" (its `config.json`), "open_clip_config" (OpenCLIP's)."""
     names = sorted(os.listdir(folder))
-    meta = {"files": names}
+    meta = {"files": names, **_open_clip_config(folder)}
     if "config.json" in names:
         meta["config"] = read_json(os.path.join(folder, "config.json"))
     files = folder_weight_files(folder)

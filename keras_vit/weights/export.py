@@ -11,7 +11,7 @@ import numpy as np
 from keras_vit.files import check_space, check_target, one_line_errors
 from keras_vit.weights import containers, formats, variables
 from keras_vit.weights.canonical import Checkpoint
-from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS
+from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.reading import weights_checkpoint
 
@@ -49,7 +49,7 @@ def model_checkpoint(model):
         type(model.get_layer("posembed_input")).__name__ == "NaFlexPositionEmbedding",
         attention.rope_form if rope else None,
         getattr(model.get_layer("posembed_input"), "form", None) if not rope else None,
-        rope.indexing if rope else None, rope.reference_grid if rope else None,
+        rope.indexing if rope else None, rope.reference_grid if rope else None, encoder.blocks[0].mlp.quick_gelu,
     )
 
 
@@ -104,7 +104,7 @@ def _check_block_options(fmt, ckpt):
     from keras_vit.model_config import ViTConfig
 
     architecture = ckpt.architecture()
-    refused = [name for name in BLOCK_OPTIONS + AIMV2_OPTIONS
+    refused = [name for name in BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS
                if architecture[name] != ViTConfig.__dataclass_fields__[name].default and name not in fmt.block_options]
     if refused:
         used = ", ".join(f"{name}={architecture[name]!r}" for name in refused)

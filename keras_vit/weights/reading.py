@@ -53,7 +53,7 @@ def read_checkpoint(path, num_heads=None):
     ckpt = Checkpoint(
         raw.path, fmt.name, tensors, meta.approximate_gelu, heads, meta.grid, meta.layer_norm_epsilon, meta.pooling,
         meta.preprocessing, meta.interpolation or fmt.interpolation, meta.rope_theta, meta.key_bias,
-        meta.naflex, meta.rope_form, meta.sincos_form, meta.rope_indexing, meta.rope_reference_grid,
+        meta.naflex, meta.rope_form, meta.sincos_form, meta.rope_indexing, meta.rope_reference_grid, meta.quick_gelu,
     )
     ckpt.check()
     return ckpt
@@ -89,8 +89,9 @@ def weights_checkpoint(source, config=None, num_heads=None, force_download=False
     """Reads `source` (name or path) as a canonical `Checkpoint`. The head count, which timm
     and `.weights.h5` files do not record, comes from `config` (a `ViTConfig`) or
     `num_heads`, else, for a named checkpoint, from its model (`entry.variant`); named
-    checkpoints are looked up for `config`'s variant, and carry their entry's preprocessing;
-    `force_download` fetches a named checkpoint's file again."""
+    checkpoints are looked up for `config`'s variant, and carry their entry's preprocessing (and
+    its `quick_gelu`, where the file does not record it); `force_download` fetches a named
+    checkpoint's file again."""
     if isinstance(source, Checkpoint):
         return source
     heads = config.num_heads if config else num_heads
@@ -98,4 +99,7 @@ def weights_checkpoint(source, config=None, num_heads=None, force_download=False
     if heads is None and entry is not None:
         heads = registry.architecture(entry.variant).get("num_heads")
     ckpt = read_checkpoint(path, num_heads=heads)
-    return dataclasses.replace(ckpt, preprocessing=entry.preprocessing) if entry else ckpt
+    if entry is None:
+        return ckpt
+    quick_gelu = entry.quick_gelu if ckpt.quick_gelu is None else ckpt.quick_gelu
+    return dataclasses.replace(ckpt, preprocessing=entry.preprocessing, quick_gelu=quick_gelu)

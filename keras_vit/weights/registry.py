@@ -1,6 +1,6 @@
 """Named pretrained checkpoints, as data.
 
-Three families per model, all Apache-2.0 (of the families below, DINOv3 is under Meta's DINOv3 License, AIMv2 under Apple's AMLR):
+Three families per model, all Apache-2.0 (of the families below, DINOv3 is under Meta's DINOv3 License, AIMv2 under Apple's AMLR, CLIP under each entry's licence):
 
 - "orig_*": the paper's files from the public `vit_models` bucket (Flax `.npz`): ImageNet-21k
   pre-training (224 px, 21843 classes, with the tanh `pre_logits` layer and an all-zero head)
@@ -31,7 +31,8 @@ DeiT's preprocessing), DINOv2 with and without registers (`DINOv2*14`; the build
 License, not Apache-2.0), Naver's RoPE-ViT axial and mixed ImageNet-1k classifiers (`RoPE*ViT*16`: timm's
 `vit_*_patch16_rope[_mixed]_224.naver_in1k`, `formats.rope_vit`), SigLIP image towers (the `vision_model` of a `SiglipModel` file)
 and Apple's AIMv2 image towers (`AIMv2*14`: `apple/aimv2-*` `Aimv2VisionModel` folders, `formats.hf_aimv2`, under
-Apple's AMLR licence, not Apache-2.0). Each
+Apple's AMLR licence, not Apache-2.0), and CLIP image towers (`CLIP*`: timm's copies of OpenAI's, OpenCLIP's
+LAION-2B and DataComp, Apple's DFN and Meta's MetaCLIP 2 weights, each under its own licence: `_CLIP`). Each
 entry names its preprocessing (`keras_vit.preprocessing`), which the model built on it takes.
 
 sha256 and size are recorded where known; none could be downloaded when this table was
@@ -57,7 +58,8 @@ FT_384 = "imagenet21k%2Bimagenet2012/"
 class WeightsEntry:
     """One downloadable checkpoint. `classes`: head size (None: no head);
     `representation_size`: width of its pre_logits layer (None: none); `container`: its
-    file kind ("npz", "safetensors")."""
+    file kind ("npz", "safetensors"); `quick_gelu`: its MLPs' activation where the file does
+    not record it (timm's CLIP towers: True for OpenAI's and the other quick-GELU trainings)."""
 
     variant: str
     name: str
@@ -71,6 +73,7 @@ class WeightsEntry:
     size: int = None
     aliases: tuple = ()
     preprocessing: str = "vit"
+    quick_gelu: bool = None
 
     @property
     def file_name(self):
@@ -108,12 +111,44 @@ def _timm(variant, *names):
     return entries
 
 
-def _family(variant, preprocessing, resolution, classes, *names, url=HUB, license="apache-2.0"):
+def _family(variant, preprocessing, resolution, classes, *names, url=HUB, license="apache-2.0", quick_gelu=None):
     return [
         WeightsEntry(variant, name.rsplit("/", 1)[-1], resolution, classes, None, "safetensors", url.format(name),
-                     license=license, preprocessing=preprocessing)
+                     license=license, preprocessing=preprocessing, quick_gelu=quick_gelu)
         for name in names
     ]
+
+
+# CLIP image towers: timm's copies (`vit_*_clip_*`, the image projection as the head), by variant, timm's name, licence
+# and whether they were trained with quick GELU (timm's "natively QuickGELU" notes). OpenAI's (MIT), LAION-2B's
+# (OpenCLIP, MIT), DataComp-XL's (MIT), Apple's DFN (apple-ascl) and Meta's MetaCLIP 2 worldwide (CC-BY-NC-4.0).
+_CLIP = (
+    ("CLIPB32", "vit_base_patch32_clip_224.openai", "mit", True),
+    ("CLIPB16", "vit_base_patch16_clip_224.openai", "mit", True),
+    ("CLIPL14", "vit_large_patch14_clip_224.openai", "mit", True),
+    ("CLIPL14", "vit_large_patch14_clip_336.openai", "mit", True),
+    ("CLIPB32", "vit_base_patch32_clip_224.laion2b", "mit", False),
+    ("CLIPB16", "vit_base_patch16_clip_224.laion2b", "mit", False),
+    ("CLIPL14", "vit_large_patch14_clip_224.laion2b", "mit", False),
+    ("CLIPH14", "vit_huge_patch14_clip_224.laion2b", "mit", False),
+    ("CLIPBigG14", "vit_gigantic_patch14_clip_224.laion2b", "mit", False),
+    ("CLIPB32", "vit_base_patch32_clip_224.datacompxl", "mit", False),
+    ("CLIPB16", "vit_base_patch16_clip_224.datacompxl", "mit", False),
+    ("CLIPL14", "vit_large_patch14_clip_224.datacompxl", "mit", False),
+    ("CLIPB16", "vit_base_patch16_clip_224.dfn2b", "apple-ascl", False),
+    ("CLIPL14", "vit_large_patch14_clip_224.dfn2b", "apple-ascl", True),
+    ("CLIPH14", "vit_huge_patch14_clip_224.dfn5b", "apple-ascl", True),
+    ("CLIPH14", "vit_huge_patch14_clip_378.dfn5b", "apple-ascl", True),
+    ("CLIPH14", "vit_huge_patch14_clip_224.metaclip2_worldwide", "cc-by-nc-4.0", True),
+)
+
+
+def _clip(variant, name, license, quick_gelu):
+    resolution = int(name.split(".")[0].rsplit("_", 1)[-1])
+    # OpenCLIP's L/14 LAION-2B was trained on inputs scaled by mean / std 0.5 (timm's `IMAGENET_INCEPTION_*`):
+    # the numbers of the "siglip" entry.
+    preprocessing = "siglip" if name == "vit_large_patch14_clip_224.laion2b" else "clip"
+    return _family(variant, preprocessing, resolution, None, name, license=license, quick_gelu=quick_gelu)
 
 
 def _ft(pretrain, lr, res):
@@ -216,6 +251,7 @@ ENTRIES = [
                            license="apple-amlr")),
     *_family("AIMv2L14Native", "aimv2", 224, None, "apple/aimv2-large-patch14-native", url=_GOOGLE,
              license="apple-amlr"),
+    *(entry for row in _CLIP for entry in _clip(*row)),
 ]
 
 ALIASES = {
@@ -286,7 +322,7 @@ def entries(variant=None):
 # What tells the named models apart besides the five numbers (a DeiT-B/16 has ViT-B/16's).
 # Register tokens do not: DINOv2's `reg4` files are entries of the DINOv2 models.
 _OPTIONS = ("class_token", "distillation_token", "position_embedding", "rope_form", "rope_absolute", "mlp",
-            "patch_norm")
+            "patch_norm", "pre_norm")
 
 
 def _signature(args):

@@ -5,8 +5,8 @@
 
 from keras_vit.weights import stems
 from keras_vit.weights.canonical import (
-    ATTN, BLOCK, DIST, EMBEDDING_NORM, FC_NORM, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, MLP_NORM, POSEMB, QK_NORM, QKV, REG,
-    ROPE_FREQS,
+    ATTN, BLOCK, DIST, EMBEDDING_NORM, FC_NORM, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, MLP_NORM, POSEMB, PRE_NORM,
+    PROJECTION, QK_NORM, QKV, REG, ROPE_FREQS,
 )
 from keras_vit.weights.lazy import concat
 from keras_vit.weights.table import Row, Table, pairs
@@ -92,8 +92,10 @@ MAP_HEAD = (
 )
 
 TABLE = Table(
-    pairs(("embedding/kernel", "embedding/kernel"), ("embedding/bias", "embedding/bias"))
+    pairs(("embedding/kernel", "embedding/kernel"))
     + pairs(
+        ("embedding/bias", "embedding/bias"),
+        (PROJECTION, "projection/kernel"),
         ("cls", "class_token/cls"),
         (DIST, "dist_token/tokens"),
         (REG, "registers/tokens"),
@@ -105,6 +107,7 @@ TABLE = Table(
         optional=True,
     )
     + _norm(EMBEDDING_NORM, "embedding_norm/", optional=True)
+    + _norm(PRE_NORM, "pre_norm/", optional=True)
     + _norm(BLOCK + "LayerNorm_0/", BLOCK_PATH + "ln_1/")
     + (
         Row(tuple(ATTN + f"{n}/kernel" for n in QKV), BLOCK_PATH + "attention/qkv/kernel",

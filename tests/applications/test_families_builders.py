@@ -41,6 +41,11 @@ REFERENCES = {
     **{name: ("Aimv2VisionModel", "Aimv2VisionConfig", dict(hidden_size=d, num_attention_heads=h, intermediate_size=m, use_head=False, is_native=name.endswith("Native")))
        for name, d, h, m in (("AIMv2L14", 1024, 8, 2816), ("AIMv2H14", 1536, 12, 4096), ("AIMv21B14", 2048, 16, 5632),
                              ("AIMv23B14", 3072, 24, 8192), ("AIMv2L14Native", 1024, 8, 2816))},
+    # CLIP: the image tower with its projection (transformers' `CLIPVisionModelWithProjection`).
+    **{name: ("CLIPVisionModelWithProjection", "CLIPVisionConfig", dict(hidden_size=d, num_hidden_layers=n, num_attention_heads=16 if d > 768 else 12, intermediate_size=m, patch_size=p, image_size=224, projection_dim=e))
+       for name, p, d, n, m, e in (("CLIPB32", 32, 768, 12, 3072, 512), ("CLIPB16", 16, 768, 12, 3072, 512),
+                                   ("CLIPL14", 14, 1024, 24, 4096, 768), ("CLIPH14", 14, 1280, 32, 5120, 1024),
+                                   ("CLIPBigG14", 14, 1664, 48, 8192, 1280))},
 }
 # Naver's RoPE-ViT: timm's key shapes (`eva.py`; timm is not installed) of width, depth, heads, mixed.
 # The `_ape` ones: a table of the 14 x 14 patches, and keras_vit's zero class-token row (`D`).
@@ -64,6 +69,8 @@ PARAMETERS = {
     "SigLIPL16": 315_956_224, "SigLIPSo400m16": 427_888_064, "SigLIPG16": 1_163_168_256,
     "AIMv2L14": 309_197_824, "AIMv2H14": 680_851_968, "AIMv21B14": 1_234_958_336, "AIMv23B14": 2_720_658_432,
     "AIMv2L14Native": 308_935_680,
+    "CLIPB32": 87_849_216, "CLIPB16": 86_192_640, "CLIPL14": 303_966_208, "CLIPH14": 632_076_800,
+    "CLIPBigG14": 1_844_907_264,
 }
 
 

@@ -32,8 +32,9 @@ def test_family_entries_name_their_model_and_preprocessing():
     for e in family:
         args = {**VARIANTS, **FAMILIES}[e.variant]
         license = next((name for prefix, name in (("DINOv3", "dinov3-license"), ("AIMv2", "apple-amlr"),
-                                                    ("EVA02", "mit"))
-                        if e.variant.startswith(prefix)), "apache-2.0")
+                                                    ("EVA02", "mit"), (".dfn", "apple-ascl"), (".metaclip", "cc-by-nc-4.0"),
+                                                    ("CLIP", "mit"))
+                        if e.variant.startswith(prefix) or prefix in e.name), "apache-2.0")
         assert e.resolution % args["patch_size"] == 0 and e.preprocessing in PREPROCESSING and e.license == license
         assert e.url.startswith("https://huggingface.co/") and e.url.endswith("/resolve/main/model.safetensors")
     assert registry.find("imagenet", "DeiTB16").name == "deit_base_distilled_patch16_224.fb_in1k"
@@ -57,6 +58,12 @@ def test_family_entries_name_their_model_and_preprocessing():
     assert (aimv2.variant, aimv2.resolution, aimv2.preprocessing, aimv2.license) == ("AIMv21B14", 448, "aimv2", "apple-amlr")
     assert registry.find("aimv2-large-patch14-native").variant == "AIMv2L14Native"
     assert "DeiTB16" in registry.weights_table("DeiTB16") and " deit " in registry.weights_table("DeiTB16")
+    clip = registry.find("vit_large_patch14_clip_336.openai")
+    assert (clip.variant, clip.resolution, clip.preprocessing, clip.license, clip.quick_gelu) == (
+        "CLIPL14", 336, "clip", "mit", True)
+    assert registry.find("CLIPBigG14/vit_gigantic_patch14_clip_224.laion2b").quick_gelu is False
+    assert {e.variant for e in registry.entries() if e.variant.startswith("CLIP")} == {
+        "CLIPB32", "CLIPB16", "CLIPL14", "CLIPH14", "CLIPBigG14"}
 
 
 def test_variant_of_tells_the_families_apart():

@@ -9,21 +9,23 @@ imports Keras.
 import os
 
 from keras_vit.weights.formats import (
-    dinov3, eva, hf_aimv2, hf_families, keras, kerashub, kerashub_families, original, rope_vit, timm)
+    dinov3, eva, hf_aimv2, hf_clip, hf_families, keras, kerashub, kerashub_families, open_clip, original, rope_vit, timm)
 
 FORMATS = [
     original.FORMAT,
     dinov3.FORMAT,
     rope_vit.FORMAT,
     eva.FORMAT,
+    open_clip.FORMAT,
     timm.FORMAT,
     hf_aimv2.FORMAT,
     hf_families.DEIT,
     hf_families.DINOV3,
     hf_families.DINOV2,
+    hf_clip.CLIP,
     hf_families.SIGLIP2,
     hf_families.SIGLIP,
-    hf_families.HF,
+    hf_clip.HF,
     keras.FORMAT,
     kerashub.FORMAT,
     *kerashub_families.FORMATS,

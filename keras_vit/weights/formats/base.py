@@ -33,6 +33,8 @@ from keras_vit.weights.table import Table
 BLOCK_OPTIONS = ("qk_norm", "norm", "qkv_bias", "proj_bias", "mlp_bias")
 # AIMv2's options a checkpoint holds in its keys and metadata: the writers but keras's refuse them.
 AIMV2_OPTIONS = ("patch_norm", "sincos_form", "map_head")
+# CLIP's options a checkpoint holds in its keys: the formats that do not record them refuse them.
+CLIP_OPTIONS = ("pre_norm", "patch_bias", "projection_dim")
 
 
 @dataclasses.dataclass(frozen=True)

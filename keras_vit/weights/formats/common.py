@@ -37,7 +37,8 @@ def torch_rows(patch, cls, pos, ln1, ln2, out, fc1, fc2, norm, pre_logits, head)
     its final LayerNorm's rows itself)."""
     rows = (
         Row("embedding/kernel", patch + "weight", conv_to_canonical, conv_from_canonical),
-        *pairs(("embedding/bias", patch + "bias"), (POSEMB, pos)),
+        *pairs((POSEMB, pos)),
+        *pairs(("embedding/bias", patch + "bias"), optional=True),  # none in CLIP
         *norm_rows(BLOCK + "LayerNorm_0/", ln1),
         Row(ATTN + "out/kernel", out + "weight", out_to_heads, heads_to_out),
         *pairs((ATTN + "out/bias", out + "bias"), optional=True),

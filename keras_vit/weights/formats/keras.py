@@ -8,7 +8,7 @@ import re
 
 from keras_vit.files import atomic_path
 from keras_vit.weights.canonical import Metadata
-from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, Format
+from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, Format
 from keras_vit.weights.variables import NORM_VARIABLES, TABLE
 
 # The variable names of a layer, in storage order, by the layer's name.
@@ -16,7 +16,7 @@ VARIABLES = {"class_token": ("cls",), "posembed_input": ("pos_embedding",), "ln_
              "ln_2": NORM_VARIABLES, "encoder_norm": NORM_VARIABLES, "ls_1": ("gamma",), "ls_2": ("gamma",),
              "attention": ("rope_frequencies",), "embedding_norm": NORM_VARIABLES,
              "map_head": ("probe",), "ln": NORM_VARIABLES, "registers": ("tokens",),
-             "norm": NORM_VARIABLES, "fc_norm": NORM_VARIABLES}
+             "norm": NORM_VARIABLES, "fc_norm": NORM_VARIABLES, "pre_norm": NORM_VARIABLES}
 _STORED = re.compile(r"(?P<layer>.*?)(?P<name>[^/]+)/vars/(?P<position>\d+)\Z")
 
 
@@ -76,6 +76,7 @@ def metadata(raw, tensors):
         rope_reference_grid=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("reference_grid"),
         key_bias=encoder.get("key_bias"),
         approximate_gelu=encoder.get("approximate_gelu"),
+        quick_gelu=encoder.get("quick_gelu"),
         num_heads=encoder.get("num_heads"),
         layer_norm_epsilon=encoder.get("layer_norm_epsilon"),
         pooling=_layer_config(raw.meta.get("config"), "TokenPooling").get("mode"),
@@ -113,5 +114,5 @@ FORMAT = Format(
     metadata=metadata,
     write=write,
     suffixes=(".keras", ".weights.h5"),
-    block_options=BLOCK_OPTIONS + AIMV2_OPTIONS,
+    block_options=BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS,
 )

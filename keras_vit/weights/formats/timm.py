@@ -1,16 +1,20 @@
 """timm's `VisionTransformer` state dict (`.safetensors`, or a PyTorch `.pth` / `.bin`),
 including the hybrid `vit_base_r50_s16_*` (its BiT ResNet under `patch_embed.backbone.`,
 stages and blocks counted from 0) and `no_embed_class` position embeddings (read, and written
-for models with register tokens). Its checkpoints
-run the exact GELU; they do not record the head count."""
+for models with register tokens), and the CLIP image towers (`vit_*_clip_*`: `norm_pre`, no
+patch-embedding bias, LayerNorm epsilon 1e-5; a `head` with an all-zero bias on `norm_pre` models
+is CLIP's image projection, read as `projection_dim`, and written back so). Its checkpoints
+run the exact GELU (the quick GELU of OpenAI CLIP is not in the file: pass `quick_gelu=True`, or
+use a named entry, which records it); they do not record the head count."""
 
 import math
 
 import numpy as np
 
 from keras_vit.weights import containers
-from keras_vit.weights.canonical import ATTN, DIST, LAYER_SCALE, MAP, MAP_ATTN, POSEMB, QK_NORM, QKV, REG, Metadata
-from keras_vit.weights.formats.base import BLOCK_OPTIONS, Format
+from keras_vit.weights.canonical import (ATTN, DIST, LAYER_SCALE, MAP, MAP_ATTN, POSEMB, PRE_NORM, PROJECTION, QK_NORM, QKV,
+                                         REG, Metadata)
+from keras_vit.weights.formats.base import BLOCK_OPTIONS, CLIP_OPTIONS, Format
 from keras_vit.weights.formats.common import linear_row, norm_rows, torch_rows, with_class_row
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.table import Row, Table, pairs
@@ -28,6 +32,7 @@ from keras_vit.weights.transforms import (
     linear_to_heads,
     out_to_heads,
     split_rows,
+    transpose,
 )
 
 
@@ -93,6 +98,10 @@ FAMILY_ROWS = (
     linear_row("head_dist/", "head_dist.", optional=True),
 )
 
+# CLIP's image projection, timm's `head` (an all-zero bias), under this name between `prepare` / `write` and the table.
+CLIP_PROJECTION = "head.weight (CLIP projection)"
+CLIP_EPSILON = 1e-5  # timm's CLIP towers: `norm_layer=nn.LayerNorm`
+
 _BIT = "patch_embed.backbone."
 _UNIT = _BIT + "stages.{s-1}.blocks.{u-1}."
 
@@ -131,6 +140,8 @@ TABLE = Table(
     + ATTENTION_POOL
     + FAMILY_ROWS
     + FINAL_NORM
+    + norm_rows(PRE_NORM, "norm_pre.", optional=True)
+    + (Row(PROJECTION, CLIP_PROJECTION, transpose, transpose, optional=True),)
 )
 
 
@@ -139,10 +150,20 @@ def detect(raw):
     return "patch_embed.proj.weight" in keys or any(k.startswith("blocks.") for k in keys)
 
 
+def is_clip_projection(tensors):
+    """Whether a timm state dict's `head` is a CLIP tower's image projection: `norm_pre` models whose
+    head has an all-zero bias (timm's conversion of OpenCLIP's `proj`), not a trained classifier."""
+    bias = tensors.get("head.bias")
+    return "norm_pre.weight" in tensors and "head.weight" in tensors and bias is not None and not np.any(bias.load())
+
+
 def prepare(raw):
     """Adds the zero rows of the class (and distillation) token to a `no_embed_class` position
-    embedding."""
+    embedding; names a CLIP tower's head its image projection."""
     tensors = dict(raw.tensors)
+    if is_clip_projection(tensors):
+        del tensors["head.bias"]
+        tensors[CLIP_PROJECTION] = tensors.pop("head.weight")
     posemb = tensors.get("pos_embed")
     if posemb is not None and "cls_token" in tensors and math.isqrt(posemb.shape[1]) ** 2 == posemb.shape[1]:
         for _ in range(1 + ("dist_token" in tensors)):
@@ -166,14 +187,29 @@ def without_embed_class(tensors, prefix):
     return tensors
 
 
+def metadata(raw, tensors):
+    """Exact GELU; timm's fc_norm models pool by the mean (`global_pool="avg"`, whose default it is);
+    its CLIP towers (`norm_pre`) normalise with epsilon 1e-5, take CLIP's preprocessing and pool the class token."""
+    clip = "norm_pre.weight" in tensors
+    return Metadata(approximate_gelu=False, pooling="avg" if "fc_norm.weight" in tensors else "token" if clip else None,
+                    layer_norm_epsilon=CLIP_EPSILON if clip else None, preprocessing="clip" if clip else None)
+
+
 def write(path, ckpt):
     """A timm state dict as `.safetensors`; a pre_logits layer is written as `pre_logits.fc.*`,
-    as older timm versions named it, and a model with register tokens as `no_embed_class`."""
+    as older timm versions named it, a model with register tokens as `no_embed_class`, and CLIP's
+    image projection as the `head` with an all-zero bias."""
     ckpt.require_class_token_head("timm")
     tensors = ckpt.tensors
     if ckpt.num_registers and POSEMB in tensors:
         tensors = without_embed_class(tensors, ckpt.position_prefix)
     tensors = FORMAT.from_canonical(tensors, ckpt.num_heads, f"export of {ckpt.path} to timm")
+    if CLIP_PROJECTION in tensors:
+        if "head.weight" in tensors:
+            raise ValueError(f"{ckpt.path}: a timm model holds CLIP's image projection as its head; it cannot hold a "
+                             "classifier on top of it (export the model with include_top=False).")
+        tensors["head.weight"] = tensors.pop(CLIP_PROJECTION)
+        tensors["head.bias"] = LazyArray.wrap(np.zeros(tensors["head.weight"].shape[0], np.float32), "CLIP projection")
     containers.write_safetensors(path, {k: v.astype(np.float32) for k, v in tensors.items()}, {"format": "pt"})
 
 
@@ -182,10 +218,9 @@ FORMAT = Format(
     table=TABLE,
     detect=detect,
     prepare=prepare,
-    # timm's fc_norm models pool by the mean (`global_pool="avg"`, whose default it is).
-    metadata=lambda raw, tensors: Metadata(approximate_gelu=False, pooling="avg" if "fc_norm.weight" in tensors else None),
+    metadata=metadata,
     write=write,
     suffixes=(".safetensors",),
     interpolation="bicubic_antialias",  # resample_abs_pos_embed, resample_patch_embed
-    block_options=BLOCK_OPTIONS,
+    block_options=BLOCK_OPTIONS + CLIP_OPTIONS,
 )
