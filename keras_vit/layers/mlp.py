@@ -71,3 +71,11 @@ class MLPBlock(keras.layers.Layer):
             "hidden_norm": self.hidden_norm,
             "epsilon": self.epsilon,
         }
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class QuickGELUBlock(MLPBlock):
+    """The MLP with OpenAI CLIP's QuickGELU, `x * sigmoid(1.702 x)` (transformers' "quick_gelu")."""
+
+    def activate(self, hidden):
+        return hidden * ops.sigmoid(ops.cast(1.702, hidden.dtype) * hidden)
