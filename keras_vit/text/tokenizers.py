@@ -60,7 +60,8 @@ class Tokenizer:
     the ids of one cleaned text, without special tokens."""
 
     def __init__(self, folder, family, context, encode, vocab_size, token_id, special, lower_case=True):
-        self.folder, self.family, self.context, self.vocab_size, self._encode = family, int(context), int(vocab_size), encode
+        self.folder, self.family, self.context, self.vocab_size = folder, family, int(context), int(vocab_size)
+        self._encode = encode
         self.clean = canonicalize if family != "clip" and lower_case else (lambda text: text)
         self.bos_id = token_id(special["bos_token"]) if "bos_token" in special else None
         self.eos_id, self.pad_id = token_id(special["eos_token"]), token_id(special["pad_token"])
