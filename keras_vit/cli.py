@@ -12,16 +12,17 @@ from keras_vit.applications import commands as model_commands
 from keras_vit.evaluation import commands as evaluation_commands
 from keras_vit.inference import commands as inference_commands
 from keras_vit.inspect import commands as inspect_commands
+from keras_vit.text import commands as text_commands
 from keras_vit.training import commands as training_commands
 from keras_vit.weights import commands as weights_commands
 
 # Each has `register(subparsers)`, which adds its sub-commands with a `func(args)`, in this order.
 COMMANDS = (model_commands, weights_commands, inspect_commands, training_commands, evaluation_commands,
-            inference_commands)
+            inference_commands, text_commands)
 # The commands that import TensorFlow: for tf.data ("always"), or through Keras when it is the
 # backend ("backend"); the others never import it.
 TENSORFLOW_USE = {"train": "always", "pretrain": "always", "evaluate": "always", "export": "always",
-                  "predict": "backend", "inspect": "backend"}
+                  "predict": "backend", "inspect": "backend", "zero-shot": "backend", "embed": "backend"}
 # TensorFlow's start-up lines, written by its C++ libraries before absl logging is set up, which
 # TF_CPP_MIN_LOG_LEVEL does not reach (e.g. "oneDNN custom operations are on" on CPUs with AVX-512).
 STARTUP_NOISE = re.compile(r"WARNING: All log messages before absl::InitializeLog|I0000 |To enable the following instructions")

@@ -14,7 +14,7 @@ from keras_vit.inspect.model_parts import is_naflex
 from keras_vit.naflex import naflex_inputs
 from keras_vit.text import image_processing
 from keras_vit.text.model import text_from_checkpoint
-from keras_vit.text.tokenizers import check_texts, tokenizer_from_folder
+from keras_vit.text.tokenizers import check_labels, tokenizer_from_folder
 from keras_vit.weights.containers import read_json
 
 # The files `save` writes beside the two models; the tokenizer's are copied as they are.
@@ -38,17 +38,6 @@ def _rows(model, inputs, batch=BATCH):
 
 def _unit(features):
     return features / np.linalg.norm(features, axis=-1, keepdims=True)
-
-
-def check_labels(labels, template=None):
-    """The texts of `labels` (each through `template`'s `{}` when given), or a one-line ValueError."""
-    labels = check_texts(labels)
-    if template is None:
-        return labels
-    if not isinstance(template, str) or "{}" not in template:
-        raise ValueError(f"template={template!r} must be a string with {{}} where each label goes, "
-                         "e.g. 'a photo of a {}.'.")
-    return [template.replace("{}", label) for label in labels]
 
 
 class ImageTextModel:

@@ -44,6 +44,17 @@ def check_texts(texts):
     return list(texts)
 
 
+def check_labels(labels, template=None):
+    """The texts of `labels` (each through `template`'s `{}` when given), or a one-line ValueError."""
+    labels = check_texts(labels)
+    if template is None:
+        return labels
+    if not isinstance(template, str) or "{}" not in template:
+        raise ValueError(f"template={template!r} must be a string with {{}} where each label goes, "
+                         "e.g. 'a photo of a {}.'.")
+    return [template.replace("{}", label) for label in labels]
+
+
 def _token(value):
     """A special token of tokenizer_config.json: a string or an AddedToken dict (its `content`)."""
     return value.get("content") if isinstance(value, dict) else value
