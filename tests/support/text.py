@@ -104,3 +104,18 @@ def clip_folder(folder, text_only=False, seed=0):
     model = randomize_family_model(model, seed)
     model.save_pretrained(folder)
     return model
+
+
+def siglip2_folder(folder, seed=0):
+    """A random NaFlex `Siglip2Model` folder with Gemma's `tokenizer.json` and a
+    `Siglip2ImageProcessor` config (a budget of 16 patches of 8 pixels); the torch model."""
+    import transformers
+
+    vocab = write_gemma_tokenizer(folder)
+    vision = {k: v for k, v in VISION.items() if k != "image_size"}
+    config = transformers.Siglip2Config(text_config=dict(TOWER, vocab_size=vocab, max_position_embeddings=64),
+                                        vision_config=dict(vision, num_patches=16))
+    model = randomize_family_model(transformers.Siglip2Model(config), seed)
+    model.save_pretrained(folder)
+    transformers.Siglip2ImageProcessor(patch_size=8, max_num_patches=16).save_pretrained(folder)
+    return model

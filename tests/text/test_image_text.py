@@ -12,7 +12,7 @@ import pytest
 import keras_vit
 from keras_vit.text import image_processing
 from keras_vit.text.tokenizers import canonicalize
-from tests.support.text import IMAGE, clip_folder, siglip_folder
+from tests.support.text import IMAGE, clip_folder, siglip2_folder, siglip_folder
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -181,3 +181,26 @@ def test_image_processing_reads_the_preprocessor_config():
     assert image_processing.resized(clip, np.zeros((300, 400, 3), np.uint8)).shape == (224, 224, 3)
     with pytest.raises(ValueError, match="resample=0"):
         image_processing.from_preprocessor_config({"resample": 0})
+
+
+def test_naflex_siglip2_matches_transformers(tmp_path):
+    """A `Siglip2Model`: its NaFlex image tower through the same calls (images at their budget's
+    size, so that no resize differs), its text tower as SigLIP's (no mask: big_vision's)."""
+    folder = str(tmp_path)
+    model = siglip2_folder(folder)
+    images = _images()
+    inputs = transformers.Siglip2ImageProcessor.from_pretrained(folder)(list(images), return_tensors="pt")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    ids = tokenizer([canonicalize(t) for t in LABELS], padding="max_length", max_length=64, truncation=True,
+                    return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = model(input_ids=ids, pixel_values=inputs["pixel_values"], spatial_shapes=inputs["spatial_shapes"],
+                    pixel_attention_mask=inputs["pixel_attention_mask"])
+    ours = keras_vit.ImageTextModel.from_checkpoint(folder)
+    np.testing.assert_array_equal(ours.tokenizer(LABELS), ids.numpy())
+    np.testing.assert_allclose(ours.encode_image(images), out.vision_model_output.pooler_output.numpy(),
+                               atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(ours.encode_text(LABELS), out.text_model_output.pooler_output.numpy(),
+                               atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(ours.zero_shot(images, LABELS), torch.sigmoid(out.logits_per_image).numpy(),
+                               atol=TOLERANCE, rtol=0)
