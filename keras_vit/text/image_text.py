@@ -32,7 +32,7 @@ def _rows(model, inputs, batch=BATCH):
     for start in range(0, count, batch):
         part = ({k: v[start: start + batch] for k, v in inputs.items()} if isinstance(inputs, dict)
                 else inputs[start: start + batch])
-        out.append(keras.ops.convert_to_numpy(model(part, training=False)))
+        out.append(keras.ops.convert_to_numpy(model.predict(part, batch_size=batch, verbose=0)))
     return np.concatenate(out).astype(np.float32)
 
 
