@@ -54,3 +54,13 @@ def test_text_pooling_picks_each_rows_token():
     ids = np.array([[5, 9, 3, 3], [5, 3, 9, 0]])
     for pooling, rows in (("eos", [2, 1]), ("argmax", [1, 2]), ("last", [3, 3])):
         np.testing.assert_array_equal(_numpy(TextPooling(pooling, 3)(tokens, ids)), tokens[[0, 1], rows])
+
+
+def test_a_quick_gelu_vit_is_not_exported_as_gelu(tmp_path):
+    import keras_vit
+
+    model = keras_vit.VisionTransformer(patch_size=8, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32,
+                                        input_shape=(16, 16, 3), classes=3, mlp="quick_gelu")
+    with pytest.raises(ValueError, match="QuickGELU MLP, which no export format records"):
+        keras_vit.weights.export(model, tmp_path / "x.npz")
+    assert not list(tmp_path.iterdir())
