@@ -28,9 +28,10 @@ SPECIAL = {"clip": dict(bos_token="<|startoftext|>", eos_token="<|endoftext|>", 
 CLIP_SPLIT = r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
 
 
-def canonicalize(text):
-    """SigLIP's text clean-up: lower case, ASCII punctuation removed, white space collapsed and stripped."""
-    return re.sub(r"\s+", " ", text.lower().translate(_PUNCTUATION)).strip()
+def canonicalize(text, lower=True):
+    """SigLIP's text clean-up: lower case (unless not `lower`), ASCII punctuation removed, white
+    space collapsed and stripped."""
+    return re.sub(r"\s+", " ", (text.lower() if lower else text).translate(_PUNCTUATION)).strip()
 
 
 def check_texts(texts):
@@ -73,7 +74,7 @@ class Tokenizer:
     def __init__(self, folder, family, context, encode, vocab_size, token_id, special, lower_case=True):
         self.folder, self.family, self.context, self.vocab_size = folder, family, int(context), int(vocab_size)
         self._encode = encode
-        self.clean = canonicalize if family != "clip" and lower_case else (lambda text: text)
+        self.clean = (lambda text: text) if family == "clip" else (lambda text: canonicalize(text, lower_case))
         self.bos_id = token_id(special["bos_token"]) if "bos_token" in special else None
         self.eos_id, self.pad_id = token_id(special["eos_token"]), token_id(special["pad_token"])
         if self.eos_id is None or self.pad_id is None:
@@ -154,11 +155,13 @@ def tokenizer_from_folder(folder, family, context, vocab_size=None):
         if spiece is None:
             raise ValueError(f"{folder}: no spiece.model, the SentencePiece vocabulary of a SigLIP text tower.")
         processor = _sentencepiece(spiece)
-        size, piece_id = processor.get_piece_size(), processor.piece_to_id
-        unk = processor.unk_id()
-        tokenizer = Tokenizer(folder, family, context, processor.encode, size,
-                              lambda token: None if piece_id(token) == unk and token != processor.id_to_piece(unk)
-                              else piece_id(token), special, lower_case=settings.get("do_lower_case", True))
+
+        def piece_id(token):  # SentencePiece gives unknown pieces the unk id
+            found = processor.piece_to_id(token)
+            return None if found == processor.unk_id() and token != processor.id_to_piece(found) else found
+
+        tokenizer = Tokenizer(folder, family, context, processor.encode, processor.get_piece_size(), piece_id, special,
+                              lower_case=settings.get("do_lower_case", True))
     else:
         if fast_file is None and family == "siglip2":
             raise ValueError(f"{folder}: no tokenizer.json, the Gemma vocabulary of a SigLIP 2 text tower.")

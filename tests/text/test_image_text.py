@@ -122,6 +122,14 @@ def test_clip_text_tower_matches_transformers(tmp_path, eos_token_id):
     assert text_model.get_layer("pooling").pooling == ("argmax" if eos_token_id == 2 else "eos")
     np.testing.assert_allclose(keras.ops.convert_to_numpy(text_model(tokenizer(LABELS))), expected,
                                atol=TOLERANCE, rtol=0)
+    # the same vocabulary as tokenizer.json alone (as the hub's CLIP folders ship it)
+    transformers.CLIPTokenizer.from_pretrained(folder).save_pretrained(tmp_path / "fast")
+    for name in ("vocab.json", "merges.txt"):
+        if (tmp_path / "fast" / name).exists():
+            os.remove(tmp_path / "fast" / name)
+    assert (tmp_path / "fast" / "tokenizer.json").is_file()
+    fast = keras_vit.text.tokenizer_from_folder(str(tmp_path / "fast"), "clip", 77, model.config.vocab_size)
+    np.testing.assert_array_equal(fast(LABELS), ids.numpy())
 
 
 def test_clip_zero_shot_matches_transformers(tmp_path):
