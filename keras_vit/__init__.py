@@ -23,6 +23,8 @@ _EXPORTS = {
     "feature_extractor": "keras_vit.inspect.features",
     "from_checkpoint": "keras_vit.applications.from_checkpoint",
     "naflex_inputs": "keras_vit.naflex",
+    "ImageTextModel": "keras_vit.text.image_text",
+    "text": "keras_vit.text",
     **dict.fromkeys(FAMILIES, "keras_vit.applications"),
     **{
         name: "keras_vit.applications"

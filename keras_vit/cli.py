@@ -12,12 +12,13 @@ from keras_vit.applications import commands as model_commands
 from keras_vit.evaluation import commands as evaluation_commands
 from keras_vit.inference import commands as inference_commands
 from keras_vit.inspect import commands as inspect_commands
+from keras_vit.text import commands as text_commands
 from keras_vit.training import commands as training_commands
 from keras_vit.weights import commands as weights_commands
 
 # Each has `register(subparsers)`, which adds its sub-commands with a `func(args)`, in this order.
 COMMANDS = (model_commands, weights_commands, inspect_commands, training_commands, evaluation_commands,
-            inference_commands)
+            inference_commands, text_commands)
 # The commands that never import Keras. Every other one may import TensorFlow where it is
 # installed, whatever the backend: for tf.data, and through Keras itself, whose saving code looks
 # for TensorFlow's types when a model is loaded or saved (`keras.src.saving.serialization_lib`).

@@ -2,7 +2,8 @@
 process, on tiny models and data: a broken documented command fails here.
 
 Each line runs in a folder of its own holding what the docs' lines refer to: `cat.jpg`,
-`dog.png`, a `path/to/folder` of class folders, and `runs/digits/best.keras` /
+`dog.png`, a `path/to/folder` of class folders, a tiny random `SiglipModel` folder with a
+Gemma tokenizer in place of the downloaded `siglip2-base-patch16-224`, and `runs/digits/best.keras` /
 `runs/masked_patch_digits/encoder.keras` made by the docs' own `keras-vit train` and
 `keras-vit pretrain` (with the fast settings below). What is substituted, and why:
 
@@ -35,6 +36,7 @@ from keras_vit.variants import list_models
 from keras_vit.weights import registry
 from tests.support import BACKEND
 from tests.support.docs import PAGES, blocks
+from tests.support.text import siglip_folder
 
 FAST = [f"--set={s}" for s in (
     "model=custom", "patch_size=2", "hidden_dim=16", "depth=1", "num_heads=2", "mlp_dim=32", "image_size=8",
@@ -97,6 +99,7 @@ def workspace(tmp_path_factory):
     rng = np.random.default_rng(0)
     for name in ("cat.jpg", "dog.png"):
         _image(folder / name, rng)
+    siglip_folder(str(folder / "siglip2-base-patch16-224"), "gemma")
     for label in ("cats", "dogs"):
         for i in range(4):
             _image(folder / "path" / "to" / "folder" / label / f"{i}.png", rng, (12, 12))
@@ -133,4 +136,5 @@ def test_documented_command_runs(page, needs, line, workspace, tmp_path, monkeyp
 def test_every_documented_command_kind_is_run():
     """The lines above cover the commands the docs show; none is skipped by a typo."""
     ran = {shlex.split(line)[1] for _, needs, line in command_lines() if not _skip_reason(needs, shlex.split(line))}
-    assert {"train", "pretrain", "evaluate", "predict", "export", "inspect", "list-weights", "convert"} <= ran
+    assert {"train", "pretrain", "evaluate", "predict", "export", "inspect", "list-weights", "convert", "zero-shot",
+            "embed"} <= ran

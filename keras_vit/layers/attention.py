@@ -14,6 +14,17 @@ def _dense_init():
     return keras.initializers.GlorotUniform()
 
 
+def _causal(tokens, valid=None):
+    """The `(1 or batch, tokens, tokens)` pairs a causal mask allows (key <= query), and `valid`
+    (None, the `(batch, tokens)` keys or `(batch, tokens, tokens)` pairs) too."""
+    positions = ops.arange(tokens)
+    allowed = ops.expand_dims(ops.less_equal(positions[None, :], positions[:, None]), 0)
+    if valid is None:
+        return allowed
+    valid = ops.cast(valid, "bool")
+    return ops.logical_and(allowed, ops.expand_dims(valid, 1) if len(valid.shape) == 2 else valid)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Self-attention over `(batch, tokens, dim)` with `num_heads` heads.
@@ -35,6 +46,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     keys without bias (DINOv3): the `qkv` bias keeps
     its `3 * dim` entries, its key part subtracted again (so no gradient reaches it either).
     `qkv_bias=False` / `proj_bias=False`: the `qkv` / `out` projections without bias.
+    `causal=True`: each token attends only to itself and the tokens before it (a text tower's
+    causal mask, OpenAI CLIP), besides any `valid` / `segment_ids` mask.
     `qk_norm=True` normalises each head's queries and keys (`q_norm`, `k_norm`: a `norm` over
     the head's `head_dim` channels, shared by the heads, as timm's `Attention(qk_norm=True)`)
     before the rotation.
@@ -42,7 +55,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def __init__(self, num_heads, dropout_rate=0.0, seed=None, rope_theta=THETA, key_bias=True, qkv_bias=True,
                  proj_bias=True, qk_norm=False, norm="layernorm", layer_norm_epsilon=1e-6, rope_form="dinov3",
-                 **kwargs):
+                 causal=False, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.dropout_rate = float(dropout_rate)
@@ -55,6 +68,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.qkv_bias = bool(qkv_bias)
         self.proj_bias = bool(proj_bias)
         self.qk_norm = bool(qk_norm)
+        self.causal = bool(causal)
         self.norm = norm
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.q_norm = self.k_norm = None
@@ -121,6 +135,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         q, k, v = self._split_heads(x)
         if segment_ids is not None:  # (batch, tokens, tokens): the pairs within one segment
             valid = ops.equal(segment_ids[:, :, None], segment_ids[:, None, :])
+        if self.causal:
+            valid = _causal(ops.shape(x)[1], valid)
         if rope is not None:
             q, k = self._rotated(q, k, rope[0])
         weights = None
@@ -147,6 +163,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "qkv_bias": self.qkv_bias,
             "proj_bias": self.proj_bias,
             "qk_norm": self.qk_norm,
+            "causal": self.causal,
             "norm": self.norm,
             "layer_norm_epsilon": self.layer_norm_epsilon,
         }

@@ -58,7 +58,7 @@ class MLPBlock(keras.layers.Layer):
 
     def activate(self, hidden):
         if self.quick_gelu:
-            return hidden * ops.sigmoid(1.702 * hidden)
+            return hidden * ops.sigmoid(ops.cast(1.702, hidden.dtype) * hidden)
         return ops.gelu(hidden, approximate=self.approximate_gelu)
 
     def compute_output_shape(self, input_shape):

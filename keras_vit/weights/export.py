@@ -66,7 +66,8 @@ def export(model, path, format="npz", overwrite=False):
     """
     fmt = formats.by_option(format)
     check_output(path, fmt, overwrite)
-    _write(fmt, os.fspath(path), model_checkpoint(model))
+    ckpt = model_checkpoint(model)
+    _write(fmt, os.fspath(path), ckpt)
 
 
 def convert_checkpoint(src, dst, format=None, num_heads=None, overwrite=False, force_download=False, include_top=True):

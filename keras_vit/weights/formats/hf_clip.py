@@ -19,7 +19,7 @@ from keras_vit.weights.canonical import PRE_NORM, PROJECTION, Metadata
 from keras_vit.weights.formats import hf_families, huggingface
 from keras_vit.weights.formats.base import CLIP_OPTIONS
 from keras_vit.weights.formats.common import norm_rows, torch_rows
-from keras_vit.weights.formats.hf_families import SIGLIP_LAYER, _qkv_rows, _strip
+from keras_vit.weights.formats.hf_families import SIGLIP_LAYER, _qkv_rows, strip_prefixes
 from keras_vit.weights.formats.huggingface import common_config, hf_preprocessor_config, write_folder
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.table import Row, Table
@@ -57,7 +57,7 @@ def _config(raw):
 def prepare(raw):
     """Strips `vision_model.` (leaving out a pair's text tower, its logit scale and position-id
     buffers), gives the class token and the position embedding their batch axes."""
-    tensors = _strip(raw, ("vision_model.",), drop=("text_model.", "text_projection.", "logit_scale"))
+    tensors = strip_prefixes(raw, ("vision_model.",), drop=("text_model.", "text_projection.", "logit_scale"))
     tensors = {k: v for k, v in tensors.items() if not k.endswith("position_ids")}
     for key, shape in (("embeddings.class_embedding", 1), ("embeddings.position_embedding.weight", 2)):
         if key in tensors and len(tensors[key].shape) == shape:

@@ -1,0 +1,176 @@
+"""Each family's tokenizer, read from the checkpoint's own files with a maintained library
+(`tokenizers`, `sentencepiece`), turning texts into the fixed-length id rows the text tower takes.
+
+| family | files | text clean-up | sequence |
+|---|---|---|---|
+| CLIP | `tokenizer.json`, else `vocab.json` + `merges.txt` (byte-level BPE) | NFC, runs of white space to one space, lower case (the BPE's normaliser) | `<|startoftext|>`, at most `context - 2` tokens, `<|endoftext|>`, padded with the pad token (default `<|endoftext|>`) |
+| SigLIP | `spiece.model` (SentencePiece) | lower case, punctuation removed, white space collapsed (transformers' `SiglipTokenizer.canonicalize_text`) | at most `context - 1` tokens, `</s>`, padded with the pad token (`</s>`) |
+| SigLIP 2 | `tokenizer.json` (Gemma's) | the same clean-up (big_vision's `canonicalize_text` of its zero-shot prompts; transformers only lower-cases) | at most `context - 1` tokens, `<eos>` (no `<bos>`), padded with `<pad>` |
+
+The context is the text tower's (77 for CLIP, 64 for SigLIP): every row has that length, the
+end-of-text token kept when a text is cut (big_vision's "sticky" eos).
+"""
+
+import json
+import os
+import re
+import string
+
+import numpy as np
+
+from keras_vit.files import regular_file
+
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+# Each family's special tokens where tokenizer_config.json does not name them (transformers' defaults).
+SPECIAL = {"clip": dict(bos_token="<|startoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>"),
+           "siglip": dict(eos_token="</s>", pad_token="</s>"),
+           "siglip2": dict(eos_token="<eos>", pad_token="<pad>")}
+CLIP_SPLIT = r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
+
+
+def canonicalize(text, lower=True):
+    """SigLIP's text clean-up: lower case (unless not `lower`), ASCII punctuation removed, white
+    space collapsed and stripped."""
+    return re.sub(r"\s+", " ", (text.lower() if lower else text).translate(_PUNCTUATION)).strip()
+
+
+def check_texts(texts):
+    """`texts` as a list of non-empty strings (one string is a list of one), or a one-line ValueError."""
+    texts = [texts] if isinstance(texts, str) else texts
+    if not isinstance(texts, (list, tuple)) or not texts:
+        raise ValueError(f"texts={texts!r}: expected a non-empty list of strings.")
+    for text in texts:
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"texts: {text!r} is not a non-empty string; every text needs some characters.")
+    return list(texts)
+
+
+def check_labels(labels, template=None):
+    """The texts of `labels` (each through `template`'s `{}` when given), or a one-line ValueError."""
+    labels = check_texts(labels)
+    if template is None:
+        return labels
+    if not isinstance(template, str) or "{}" not in template:
+        raise ValueError(f"template={template!r} must be a string with {{}} where each label goes, "
+                         "e.g. 'a photo of a {}.'.")
+    return [template.replace("{}", label) for label in labels]
+
+
+def _token(value):
+    """A special token of tokenizer_config.json: a string or an AddedToken dict (its `content`)."""
+    return value.get("content") if isinstance(value, dict) else value
+
+
+def _file(folder, name):
+    path = os.path.join(folder, name)
+    return regular_file(path, "as a tokenizer file") if os.path.exists(path) else None
+
+
+class Tokenizer:
+    """`tokenizer(texts)` -> `(len(texts), context)` int32 ids. `family`, `context`, `vocab_size`,
+    `folder` (of its files) and the special ids (`bos_id` (CLIP only), `eos_id`, `pad_id`) as attributes; `encode(text)`:
+    the ids of one cleaned text, without special tokens."""
+
+    def __init__(self, folder, family, context, encode, vocab_size, token_id, special, lower_case=True):
+        self.folder, self.family, self.context, self.vocab_size = folder, family, int(context), int(vocab_size)
+        self._encode = encode
+        self.clean = (lambda text: text) if family == "clip" else (lambda text: canonicalize(text, lower_case))
+        self.bos_id = token_id(special["bos_token"]) if "bos_token" in special else None
+        self.eos_id, self.pad_id = token_id(special["eos_token"]), token_id(special["pad_token"])
+        if self.eos_id is None or self.pad_id is None:
+            raise ValueError(f"the {family} tokenizer has no id for its end-of-text or pad token "
+                             f"({special['eos_token']!r}, {special['pad_token']!r}).")
+
+    def encode(self, text):
+        return list(self._encode(self.clean(text)))
+
+    def __call__(self, texts):
+        texts = check_texts(texts)
+        prefix = [] if self.bos_id is None else [self.bos_id]
+        room = self.context - len(prefix) - 1
+        rows = np.full((len(texts), self.context), self.pad_id, np.int32)
+        for row, text in zip(rows, texts):
+            ids = prefix + self.encode(text)[:room] + [self.eos_id]
+            row[: len(ids)] = ids
+        return rows
+
+
+def _tokenizers_file(path):
+    """A `tokenizers.Tokenizer` from `tokenizer.json` (its own truncation and padding off)."""
+    from tokenizers import Tokenizer as Fast
+
+    try:
+        fast = Fast.from_file(path)
+    except Exception as error:  # the Rust library's parse errors
+        raise ValueError(f"{path}: not a readable tokenizers tokenizer.json ({str(error).splitlines()[0]}).") from None
+    fast.no_truncation()
+    fast.no_padding()
+    return fast
+
+
+def _clip_bpe(folder):
+    """CLIP's byte-level BPE from `vocab.json` + `merges.txt`, with CLIP's normaliser and split."""
+    from tokenizers import Regex, Tokenizer as Fast, normalizers, pre_tokenizers
+    from tokenizers.models import BPE
+
+    vocab, merges = _file(folder, "vocab.json"), _file(folder, "merges.txt")
+    try:
+        fast = Fast(BPE.from_file(vocab, merges, end_of_word_suffix="</w>", continuing_subword_prefix="",
+                                  unk_token=SPECIAL["clip"]["eos_token"], fuse_unk=False))
+    except Exception as error:
+        raise ValueError(f"{folder}: vocab.json / merges.txt are not a readable BPE vocabulary "
+                         f"({str(error).splitlines()[0]}).") from None
+    fast.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),
+                                            normalizers.Lowercase()])
+    fast.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(CLIP_SPLIT), behavior="removed", invert=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    return fast
+
+
+def _sentencepiece(path):
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor()
+    try:
+        processor.Load(path)
+    except (OSError, RuntimeError) as error:
+        raise ValueError(f"{path}: not a readable SentencePiece model ({error}).") from None
+    return processor
+
+
+def tokenizer_from_folder(folder, family, context, vocab_size=None):
+    """The `Tokenizer` of `family` ("clip", "siglip", "siglip2") from the files in `folder`, making
+    rows of `context` ids; a SigLIP folder with Gemma's `tokenizer.json` and no `spiece.model` is
+    SigLIP 2. `vocab_size`: the text tower's embedding rows, which the vocabulary must not exceed."""
+    settings = {}
+    if config := _file(folder, "tokenizer_config.json"):
+        with open(config, encoding="utf-8") as handle:
+            settings = json.load(handle)
+    spiece, fast_file = _file(folder, "spiece.model"), _file(folder, "tokenizer.json")
+    if family == "siglip" and spiece is None and fast_file is not None:
+        family = "siglip2"
+    special = {key: _token(settings.get(key)) or value for key, value in SPECIAL[family].items()}
+    if family == "siglip":
+        if spiece is None:
+            raise ValueError(f"{folder}: no spiece.model, the SentencePiece vocabulary of a SigLIP text tower.")
+        processor = _sentencepiece(spiece)
+
+        def piece_id(token):  # SentencePiece gives unknown pieces the unk id
+            found = processor.piece_to_id(token)
+            return None if found == processor.unk_id() and token != processor.id_to_piece(found) else found
+
+        tokenizer = Tokenizer(folder, family, context, processor.encode, processor.get_piece_size(), piece_id, special,
+                              lower_case=settings.get("do_lower_case", True))
+    else:
+        if fast_file is None and family == "siglip2":
+            raise ValueError(f"{folder}: no tokenizer.json, the Gemma vocabulary of a SigLIP 2 text tower.")
+        if fast_file is None and not (_file(folder, "vocab.json") and _file(folder, "merges.txt")):
+            raise ValueError(f"{folder}: no tokenizer.json, nor vocab.json and merges.txt, for the CLIP tokenizer.")
+        fast = _tokenizers_file(fast_file) if fast_file else _clip_bpe(folder)
+        tokenizer = Tokenizer(folder, family, context, lambda text: fast.encode(text, add_special_tokens=False).ids,
+                              fast.get_vocab_size(with_added_tokens=True), fast.token_to_id, special)
+    if vocab_size is not None and tokenizer.vocab_size > vocab_size:
+        raise ValueError(f"{folder}: the tokenizer's vocabulary of {tokenizer.vocab_size} tokens does not fit the text "
+                         f"tower's embedding table of {vocab_size} rows (a tokenizer of another model?).")
+    return tokenizer

@@ -1,0 +1,121 @@
+"""Tiny image-text checkpoints written offline: transformers `SiglipModel`, `Siglip2Model`,
+`CLIPModel`, `CLIPTextModelWithProjection` with random weights (`save_pretrained`), and each
+family's own tokenizer files trained here on a few sentences (`tokenizers`' BPE trainer,
+`sentencepiece`'s trainer), so that transformers' tokenizer classes load them too."""
+
+import json
+import os
+
+from tests.support.checkpoints import randomize_family_model
+
+SENTENCES = ["a photo of a cat", "a photo of a dog", "a picture of two dogs playing", "an image of a red car",
+             "the quick brown fox jumps over the lazy dog", "a drawing of a bird flying", "photos of cats and dogs",
+             "a bad photo of a big truck", "a close up photo of a small plane"] * 3
+IMAGE = 32  # image side; patches of 8
+TOWER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+VISION = dict(TOWER, image_size=IMAGE, patch_size=8)
+CLIP_SPLIT = r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
+
+
+def write_clip_tokenizer(folder):
+    """CLIP's byte-level BPE (`vocab.json`, `merges.txt`) trained on `SENTENCES`; its size."""
+    from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, trainers
+    from tokenizers.models import BPE
+
+    bpe = Tokenizer(BPE(end_of_word_suffix="</w>", continuing_subword_prefix="", unk_token="<|endoftext|>"))
+    bpe.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),
+                                           normalizers.Lowercase()])
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(CLIP_SPLIT), behavior="removed", invert=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    bpe.train_from_iterator(SENTENCES, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|startoftext|>", "<|endoftext|>"], end_of_word_suffix="</w>",
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    os.makedirs(folder, exist_ok=True)
+    bpe.model.save(folder)
+    return bpe.get_vocab_size()
+
+
+def write_spiece(folder):
+    """SigLIP's SentencePiece `spiece.model` (ids: pad 0, `</s>` 1, unk 2) and its transformers
+    tokenizer config; its size."""
+    import sentencepiece
+    import transformers
+
+    os.makedirs(folder, exist_ok=True)
+    prefix = os.path.join(folder, "spiece")
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(SENTENCES), model_prefix=prefix, vocab_size=80, hard_vocab_limit=False, pad_id=0,
+        eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+    os.remove(prefix + ".vocab")
+    transformers.SiglipTokenizer(prefix + ".model").save_pretrained(folder)
+    return sentencepiece.SentencePieceProcessor(model_file=prefix + ".model").get_piece_size()
+
+
+def write_gemma_tokenizer(folder):
+    """A Gemma-style `tokenizer.json` (BPE over "▁"-joined words, byte fallback; `<pad>` 0,
+    `<eos>` 1, `<bos>` 2, `<unk>` 3, appending `<eos>`) as the SigLIP 2 checkpoints ship it; its size."""
+    from tokenizers import Tokenizer, decoders, normalizers, processors, trainers
+    from tokenizers.models import BPE
+
+    bpe = Tokenizer(BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    bpe.normalizer = normalizers.Replace(" ", "▁")
+    bpe.train_from_iterator([s.replace(" ", "▁") for s in SENTENCES], trainers.BpeTrainer(
+        vocab_size=100, special_tokens=["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"], show_progress=False))
+    bpe.post_processor = processors.TemplateProcessing(single="$A <eos>", special_tokens=[("<eos>", 1)])
+    bpe.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    os.makedirs(folder, exist_ok=True)
+    bpe.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as handle:
+        json.dump({"tokenizer_class": "GemmaTokenizer", "add_bos_token": False, "add_eos_token": True,
+                   "pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>", "unk_token": "<unk>",
+                   "padding_side": "right", "model_max_length": 64}, handle)
+    return bpe.get_vocab_size()
+
+
+def siglip_folder(folder, tokenizer="spiece", seed=0):
+    """A random `SiglipModel` folder with SigLIP's `spiece.model` ("spiece") or SigLIP 2's Gemma
+    `tokenizer.json` ("gemma"), and a `SiglipImageProcessor` config; the torch model."""
+    import transformers
+
+    vocab = (write_spiece if tokenizer == "spiece" else write_gemma_tokenizer)(folder)
+    config = transformers.SiglipConfig(text_config=dict(TOWER, vocab_size=vocab + 3, max_position_embeddings=64),
+                                       vision_config=VISION)
+    model = randomize_family_model(transformers.SiglipModel(config), seed)
+    model.save_pretrained(folder)
+    transformers.SiglipImageProcessor(size={"height": IMAGE, "width": IMAGE}).save_pretrained(folder)
+    return model
+
+
+def clip_folder(folder, text_only=False, seed=0):
+    """A random `CLIPModel` (or `CLIPTextModelWithProjection`) folder with CLIP's BPE files and a
+    `CLIPImageProcessor` config (shortest edge, centre crop); the torch model."""
+    import transformers
+
+    vocab = write_clip_tokenizer(folder)
+    text = dict(TOWER, vocab_size=vocab, max_position_embeddings=77, bos_token_id=0, eos_token_id=1, pad_token_id=1,
+                projection_dim=24)
+    if text_only:
+        model = transformers.CLIPTextModelWithProjection(transformers.CLIPTextConfig(**text))
+    else:
+        config = transformers.CLIPConfig(text_config=text, vision_config=VISION, projection_dim=24)
+        model = transformers.CLIPModel(config)
+        transformers.CLIPImageProcessor(size={"shortest_edge": IMAGE}, crop_size={"height": IMAGE, "width": IMAGE}
+                                        ).save_pretrained(folder)
+    model = randomize_family_model(model, seed)
+    model.save_pretrained(folder)
+    return model
+
+
+def siglip2_folder(folder, seed=0):
+    """A random NaFlex `Siglip2Model` folder with Gemma's `tokenizer.json` and a
+    `Siglip2ImageProcessor` config (a budget of 16 patches of 8 pixels); the torch model."""
+    import transformers
+
+    vocab = write_gemma_tokenizer(folder)
+    vision = {k: v for k, v in VISION.items() if k != "image_size"}
+    config = transformers.Siglip2Config(text_config=dict(TOWER, vocab_size=vocab, max_position_embeddings=64),
+                                        vision_config=dict(vision, num_patches=16))
+    model = randomize_family_model(transformers.Siglip2Model(config), seed)
+    model.save_pretrained(folder)
+    transformers.Siglip2ImageProcessor(patch_size=8, max_num_patches=16).save_pretrained(folder)
+    return model

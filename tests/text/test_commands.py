@@ -1,0 +1,68 @@
+"""`keras-vit zero-shot` and `keras-vit embed` on a tiny random SigLIP folder: what they print and
+write is `ImageTextModel`'s; bad input stops with one line, exit code 2, nothing written."""
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import keras_vit
+from keras_vit.cli import main
+from tests.support.commands import fails
+from tests.support.text import IMAGE, siglip_folder
+
+pytest.importorskip("transformers")
+LABELS = ["a photo of a cat", "a photo of a dog", "a red car"]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("zero_shot")
+    siglip_folder(str(root / "siglip"))
+    paths = []
+    for i, image in enumerate(np.random.default_rng(0).integers(0, 256, (2, IMAGE, IMAGE, 3), dtype=np.uint8)):
+        paths.append(str(root / f"{i}.png"))
+        Image.fromarray(image).save(paths[-1])
+    return str(root / "siglip"), paths, keras_vit.ImageTextModel.from_checkpoint(root / "siglip")
+
+
+def test_zero_shot_prints_each_images_labels_by_probability(setup, capsys):
+    folder, paths, model = setup
+    expected = model.zero_shot(paths, ["cat", "dog", "car"], template="a photo of a {}")
+    assert main(["zero-shot", *paths, "--weights", folder, "--labels", "cat", "dog", "car",
+                 "--template", "a photo of a {}", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["image"] for row in rows] == paths
+    for row, probabilities in zip(rows, expected):
+        order = np.argsort(-probabilities)
+        assert row["labels"] == [["cat", "dog", "car"][i] for i in order]
+        np.testing.assert_allclose(row["probabilities"], probabilities[order], atol=1e-6)
+    assert main(["zero-shot", paths[0], "--weights", folder, "--labels", *LABELS]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == paths[0] and len(lines) == 1 + len(LABELS) and lines[1].startswith("  1. ")
+
+
+def test_embed_writes_the_features(setup, tmp_path, capsys):
+    folder, paths, model = setup
+    assert main(["embed", *paths, "--weights", folder, "--output", str(tmp_path / "images.npy")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "images.npy"), model.encode_image(paths), atol=1e-6)
+    assert main(["embed", "--text", *LABELS, "--weights", folder, "--output", str(tmp_path / "texts.npy")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "texts.npy"), model.encode_text(LABELS), atol=1e-6)
+    assert "Wrote 3 text features" in capsys.readouterr().out
+
+
+def test_bad_input_stops_in_one_line_and_writes_nothing(setup, tmp_path, capsys):
+    folder, paths, _ = setup
+    out = tmp_path / "out.npy"
+    fails(["zero-shot", paths[0], "--weights", folder, "--labels", "cat", ""], capsys, "not a non-empty string")
+    fails(["zero-shot", tmp_path / "missing.png", "--weights", folder, "--labels", "cat"], capsys, "No image file")
+    fails(["zero-shot", paths[0], "--weights", tmp_path / "none", "--labels", "cat"], capsys, "no such folder")
+    fails(["zero-shot", paths[0], "--weights", folder, "--labels", "cat", "--template", "a photo"], capsys, "{}")
+    fails(["embed", *paths, "--text", "cat", "--weights", folder, "--output", out], capsys, "not both")
+    fails(["embed", "--weights", folder, "--output", out], capsys, "not neither")
+    fails(["embed", "--text", "cat", "  ", "--weights", folder, "--output", out], capsys, "non-empty string")
+    fails(["embed", "--text", "cat", "--weights", folder, "--output", tmp_path / "out.txt"], capsys, ".npy")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(SystemExit):  # argparse: --labels needs at least one
+        main(["zero-shot", paths[0], "--weights", folder, "--labels"])
