@@ -133,13 +133,12 @@ class DPTHead(_TokenHead):
     the channels, up-sampling (`align_corners=True`) to the input size or twice the size, 3x3 conv to
     `head_hidden_size`, ReLU, 1x1 conv, then ReLU (relative) or sigmoid times `max_depth` (metric);
     semantic is a 3x3 conv, BatchNorm, ReLU, 1x1 conv to the classes, resized to the input size.
-    `head_projection`: DPT's `add_projection`, a 3x3 conv and ReLU first. `fusion_batch_norm` and
-    `fusion_bias`: DPT's `use_batch_norm_in_fusion_residual` and `use_bias_in_fusion_residual`."""
+    `fusion_batch_norm` and `fusion_bias`: DPT's `use_batch_norm_in_fusion_residual` and `use_bias_in_fusion_residual`."""
 
     def __init__(self, task="depth", num_classes=None, num_prefix_tokens=1, class_token=True,
                  neck_hidden_sizes=(96, 192, 384, 768), reassemble_factors=(4, 2, 1, 0.5), fusion_hidden_size=256,
                  readout="project", fusion_resize="double", fusion_batch_norm=False, fusion_bias=True,
-                 head_hidden_size=32, head_projection=False, head_upsample="double", head_in_index=-1,
+                 head_hidden_size=32, head_upsample="double", head_in_index=-1,
                  depth_activation="relu", max_depth=1.0, **kwargs):
         super().__init__(task, num_classes, num_prefix_tokens, class_token, **kwargs)
         self.neck_hidden_sizes = tuple(int(s) for s in neck_hidden_sizes)
@@ -158,7 +157,6 @@ class DPTHead(_TokenHead):
         self.fusion_resize = _choice(fusion_resize, FUSION_RESIZES, "fusion_resize")
         self.fusion_batch_norm, self.fusion_bias = bool(fusion_batch_norm), bool(fusion_bias)
         self.head_hidden_size = int(head_hidden_size)
-        self.head_projection = bool(head_projection)
         self.head_upsample = _choice(head_upsample, HEAD_UPSAMPLES, "head_upsample")
         self.head_in_index = int(head_in_index)
         self.depth_activation = _choice(depth_activation, DEPTH_ACTIVATIONS, "depth_activation")
@@ -183,8 +181,6 @@ class DPTHead(_TokenHead):
             units = [ResidualConvUnit(channels, self.fusion_batch_norm, self.fusion_bias, name=f"fusion_{i}_residual_{j}",
                                       dtype=policy) for j in (1, 2)]
             self.fusions.append((units, keras.layers.Conv2D(channels, 1, name=f"fusion_{i}_projection", dtype=policy)))
-        if self.head_projection:
-            self.projection = _conv(channels, 3, "head_projection", dtype=policy)
         if self.task == "depth":
             self.head_convs = [_conv(channels // 2, 3, "head_conv1", dtype=policy),
                                _conv(self.head_hidden_size, 3, "head_conv2", dtype=policy),
@@ -210,8 +206,6 @@ class DPTHead(_TokenHead):
             units, projection = self.fusions[i]
             for layer in (*units, projection):
                 layer.build(shape(channels))
-        if self.head_projection:
-            self.projection.build(shape(channels))
         inputs = [channels, channels // 2, self.head_hidden_size] if self.task == "depth" else [channels] * 3
         for layer, c in zip(self.head_convs, inputs):
             layer.build(shape(c))
@@ -252,8 +246,6 @@ class DPTHead(_TokenHead):
             x = self._fuse(i, feature, None, size, training) if x is None else self._fuse(i, x, feature, size, training)
             fused.append(x)
         x = fused[self.head_in_index]
-        if self.head_projection:
-            x = ops.relu(self.projection(x))
         height, width = ops.shape(images)[1], ops.shape(images)[2]
         if self.task == "semantic":
             conv, bn, classes = self.head_convs
@@ -276,6 +268,6 @@ class DPTHead(_TokenHead):
             "reassemble_factors": self.reassemble_factors, "fusion_hidden_size": self.fusion_hidden_size,
             "readout": self.readout, "fusion_resize": self.fusion_resize, "fusion_batch_norm": self.fusion_batch_norm,
             "fusion_bias": self.fusion_bias, "head_hidden_size": self.head_hidden_size,
-            "head_projection": self.head_projection, "head_upsample": self.head_upsample,
+            "head_upsample": self.head_upsample,
             "head_in_index": self.head_in_index, "depth_activation": self.depth_activation, "max_depth": self.max_depth,
         }

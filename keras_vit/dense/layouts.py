@@ -56,8 +56,7 @@ NECK_ROWS = (
 DEPTH_ANYTHING_TABLE = Table(NECK_ROWS + tuple(_conv(f"head_conv{c}", f"head.conv{c}") for c in (1, 2, 3)), dense={})
 DPT_TABLE = Table(
     NECK_ROWS
-    + tuple(_conv(f"head_conv{c}", f"head.head.{k}") for c, k in ((1, 0), (2, 2), (3, 4)))
-    + (_conv("head_projection", "head.projection", optional=True),),
+    + tuple(_conv(f"head_conv{c}", f"head.head.{k}") for c, k in ((1, 0), (2, 2), (3, 4))),
     dense={},
 )
 
@@ -127,10 +126,12 @@ def dpt_args(config, path):
         _refuse(path, "a DPT-Hybrid (is_hybrid=true); keras_vit reads DPT on a DINOv2 backbone.")
     if config.get("hidden_act", "gelu") != "gelu":
         _refuse(path, f"hidden_act={config['hidden_act']!r} of the readout projection; keras_vit's is 'gelu'.")
+    if config.get("add_projection"):
+        _refuse(path, "add_projection=true (DPT-Hybrid's extra 3x3 convolution before the head); keras_vit reads false.")
     batch_norm = bool(config.get("use_batch_norm_in_fusion_residual", False))
     bias = config.get("use_bias_in_fusion_residual")
     return dict(_neck(config), readout=config.get("readout_type", "project"), fusion_resize="double",
-                head_upsample="double", head_hidden_size=32, head_projection=bool(config.get("add_projection", False)),
+                head_upsample="double", head_hidden_size=32,
                 fusion_batch_norm=batch_norm, fusion_bias=not batch_norm if bias is None else bool(bias))
 
 

@@ -50,7 +50,7 @@ def DenseModel(backbone, head="linear", task="semantic", num_classes=None, *, la
             tokens, default where the backbone has one), and for "dpt" `readout` (default "project"
             with a class token, else "ignore"), `neck_hidden_sizes`, `reassemble_factors`,
             `fusion_hidden_size`, `fusion_resize`, `fusion_batch_norm`, `fusion_bias`,
-            `head_hidden_size`, `head_projection`, `head_upsample`, `head_in_index`,
+            `head_hidden_size`, `head_upsample`, `head_in_index`,
             `depth_activation`, `max_depth` (see `DPTHead`; defaults: transformers' `DPTConfig`).
     """
     if head not in HEADS:
