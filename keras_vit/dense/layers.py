@@ -57,12 +57,13 @@ class _TokenHead(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class LinearHead(_TokenHead):
-    """The linear head of DINOv2 / DINOv3 linear evaluation: the patch tokens of each given block
-    (DINOv2's `linear`: the last; `linear4` / `ms`: the last four), with the class token beside
-    them where `class_token`, concatenated over channels, then BatchNorm and a 1x1 convolution,
-    bilinearly resized to the input size (`align_corners=False`). Depth: one channel through a ReLU."""
+    """The linear head of DINOv2 / DINOv3 linear evaluation (DINOv2's `BNHead`): the patch tokens of
+    each given block (`linear`: the last; `linear4` / `ms`: the last four), each followed by its class
+    token where `class_token` (the order of DINOv2's `resize_concat` of `(patches, class token)`
+    pairs), concatenated over channels, then BatchNorm and a 1x1 convolution, bilinearly resized to
+    the input size (`align_corners=False`). Depth: one channel through a ReLU."""
 
-    def __init__(self, task="semantic", num_classes=None, num_prefix_tokens=1, class_token=True, **kwargs):
+    def __init__(self, task="semantic", num_classes=None, num_prefix_tokens=1, class_token=False, **kwargs):
         super().__init__(task, num_classes, num_prefix_tokens, class_token, **kwargs)
         policy = self.dtype_policy
         self.bn = keras.layers.BatchNormalization(**BATCH_NORM, name="bn", dtype=policy)
@@ -74,10 +75,10 @@ class LinearHead(_TokenHead):
         self.conv.build((None, None, None, channels))
 
     def call(self, tokens, patch_grid, images, training=None):
-        maps = [self.grid(t, patch_grid) for t in tokens]
-        if self.class_token:
-            ones = ops.ones_like(maps[0][..., :1])
-            maps += [ones * t[:, None, None, 0] for t in tokens]
+        maps = []
+        for t in tokens:
+            grid = self.grid(t, patch_grid)
+            maps += [grid, ops.ones_like(grid) * t[:, None, None, 0]] if self.class_token else [grid]
         x = self.conv(self.bn(ops.concatenate(maps, axis=-1), training=training))
         x = resize(x, ops.shape(images)[1:3], align_corners=False)
         return x if self.task == "semantic" else ops.relu(x[..., 0])

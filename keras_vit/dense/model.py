@@ -46,8 +46,8 @@ def DenseModel(backbone, head="linear", task="semantic", num_classes=None, *, la
         norm: apply the encoder's final LayerNorm to those blocks' tokens (DINOv2's
             `get_intermediate_layers(norm=True)`, transformers' `apply_layernorm`).
         name: the model's name (default `"<backbone>_<head>_<task>"`).
-        options: the head layer's options: `class_token` (linear: the class token beside the patch
-            tokens, default where the backbone has one), and for "dpt" `readout` (default "project"
+        options: the head layer's options: `class_token` (linear: each block's class token beside
+            its patch tokens, default False as DINOv2's segmentation heads), and for "dpt" `readout` (default "project"
             with a class token, else "ignore"), `neck_hidden_sizes`, `reassemble_factors`,
             `fusion_hidden_size`, `fusion_resize`, `fusion_batch_norm`, `fusion_bias`,
             `head_hidden_size`, `head_upsample`, `head_in_index`,
@@ -70,7 +70,7 @@ def DenseModel(backbone, head="linear", task="semantic", num_classes=None, *, la
     encoder = encoder_layer(backbone)
     blocks = default_blocks(head, encoder.depth) if layers is None else block_indices(layers, encoder.depth)
     class_token = has_class_token(backbone)
-    options.setdefault("class_token", class_token)
+    options.setdefault("class_token", head == "dpt" and class_token)
     if options["class_token"] and not class_token:
         raise ValueError("class_token=True: the backbone has no class token.")
     if head == "dpt":
