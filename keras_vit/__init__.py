@@ -21,7 +21,8 @@ _EXPORTS = {
     "list_weights": "keras_vit.weights",
     "features": "keras_vit.inspect.features",
     "feature_extractor": "keras_vit.inspect.features",
-    "from_checkpoint": "keras_vit.applications.from_checkpoint",
+    "from_checkpoint": "keras_vit.dense.reading",
+    "DenseModel": "keras_vit.dense.model",
     "naflex_inputs": "keras_vit.naflex",
     "ImageTextModel": "keras_vit.text.image_text",
     "text": "keras_vit.text",
@@ -46,3 +47,4 @@ def _command_line():
 
 if not _command_line():
     from keras_vit import layers  # noqa: F401  (registers the layers for keras.saving.load_model)
+    from keras_vit.dense import layers as _dense_layers  # noqa: F401  (and the dense heads)

@@ -108,6 +108,7 @@ FLOORS = (
     ("architecture", "packing"),
     ("weights",),
     ("applications", "run_folder", "lora", "data", "inspect", "text"),
+    ("dense",),
     ("evaluation",),
     ("inference",),
     ("training",),

@@ -30,7 +30,12 @@ def read_checkpoint(path, num_heads=None):
     transformers weights without `config.json`); by default the head count of the named
     models of that width (`known_num_heads`); a width no named model has is refused.
     """
-    raw = containers.open_checkpoint(path)
+    return read_raw(containers.open_checkpoint(path), num_heads)
+
+
+def read_raw(raw, num_heads=None):
+    """`read_checkpoint` of an opened `containers.RawCheckpoint` (e.g. the backbone's part of a
+    dense model's checkpoint)."""
     fmt = formats.detect(raw)
     if fmt is None:
         sample = ", ".join(repr(k) for k in sorted(raw.tensors)[:5])

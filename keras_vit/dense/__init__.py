@@ -1,0 +1,14 @@
+"""Dense prediction on any keras_vit backbone: semantic segmentation and depth (imported on first use).
+
+`DenseModel(backbone, head=, task=)` builds the model; the heads are Keras layers (`keras_vit.dense.layers`);
+`from_checkpoint` reads transformers' Depth Anything and DPT depth models whole."""
+
+from keras_vit.lazy_imports import lazy_package
+
+_EXPORTS = {
+    "DenseModel": "keras_vit.dense.model",
+    "LinearHead": "keras_vit.dense.layers",
+    "DPTHead": "keras_vit.dense.layers",
+    "ResidualConvUnit": "keras_vit.dense.layers",
+}
+lazy_package(__name__, _EXPORTS)

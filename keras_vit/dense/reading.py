@@ -1,0 +1,62 @@
+"""`from_checkpoint`: the model of any supported checkpoint, a Vision Transformer or, for a
+transformers Depth Anything / DPT folder (`keras_vit.dense.layouts`), the whole depth model."""
+
+import os
+
+from keras_vit.applications.from_checkpoint import from_checkpoint as vit_from_checkpoint
+from keras_vit.applications.vision_transformer import VisionTransformer
+from keras_vit.dense.layouts import blocks, layout_of
+from keras_vit.dense.model import DenseModel
+from keras_vit.weights import containers
+from keras_vit.weights.reading import read_raw
+
+BACKBONE = "backbone."
+
+
+def from_checkpoint(source, force_download=False, **builder_args):
+    """Builds the model that `source` (a checkpoint path, folder or name) holds, with its weights.
+
+    A transformers `DepthAnythingForDepthEstimation` or `DPTForDepthEstimation` (DINOv2 backbone)
+    gives the whole `DenseModel`, images -> `(batch, H, W)` depth as transformers' `predicted_depth`
+    (`builder_args`: the backbone's `VisionTransformer` arguments; by default `input_shape=(None,
+    None, 3)`, any multiple of the patch size). Anything else gives its Vision Transformer: see
+    `keras_vit.applications.from_checkpoint.from_checkpoint`.
+    """
+    if isinstance(source, (str, os.PathLike)) and os.path.exists(source):
+        raw = containers.open_checkpoint(source)
+        if layout_of(raw.meta.get("config")) is not None:
+            return dense_from_raw(raw, **builder_args)
+    return vit_from_checkpoint(source, force_download=force_download, **builder_args)
+
+
+def dense_from_raw(raw, **builder_args):
+    """The `DenseModel` of an opened Depth Anything / DPT checkpoint, its weights loaded."""
+    config = raw.meta["config"]
+    layout = layout_of(config)
+    head_args, layers = layout.head_args(config, raw.path), blocks(config, raw.path)
+    backbone_raw = containers.RawCheckpoint(
+        raw.path, raw.container, {k[len(BACKBONE):]: v for k, v in raw.tensors.items() if k.startswith(BACKBONE)},
+        {"config": config["backbone_config"]},
+    )
+    ckpt = read_raw(backbone_raw)
+    args = dict(ckpt.architecture(), include_top=False, pooling=None, input_shape=(None, None, 3), name="dinov2")
+    backbone = VisionTransformer(**{**args, **builder_args}, weights=ckpt)
+    model = DenseModel(backbone, "dpt", "depth", layers=layers, norm=config["backbone_config"].get("apply_layernorm", True),
+                       name=config.get("model_type"), **head_args)
+    rest = {k: v for k, v in raw.tensors.items() if not k.startswith(BACKBONE) and not k.endswith("num_batches_tracked")}
+    assign(model.get_layer("dpt_head"), layout.table.to_canonical(rest, what=f"{layout.name} {raw.path}"), raw.path)
+    return model
+
+
+def assign(layer, tensors, path):
+    """Loads `tensors` (the layer's weight paths below its own name -> lazy arrays) into `layer`;
+    one ValueError naming every missing, unexpected or misshapen one."""
+    variables = {v.path.split("/", 1)[1]: v for v in layer.weights}
+    problems = [f"missing {k!r}" for k in sorted(variables.keys() - tensors.keys())]
+    problems += [f"unexpected {k!r}" for k in sorted(tensors.keys() - variables.keys())]
+    problems += [f"{k}: checkpoint shape {tuple(tensors[k].shape)}, the model's {tuple(v.shape)}"
+                 for k, v in variables.items() if k in tensors and tuple(tensors[k].shape) != tuple(v.shape)]
+    if problems:
+        raise ValueError(f"{path} does not fit its {layer.name}: " + "; ".join(problems[:8]) + ".")
+    for key, variable in variables.items():
+        variable.assign(tensors[key].load())
