@@ -2,6 +2,8 @@
 read from the file."""
 
 from keras_vit.applications.vision_transformer import VisionTransformer
+from keras_vit.dense.eomt import eomt_of_checkpoint
+from keras_vit.weights.formats.eomt import split_head
 from keras_vit.weights.reading import weights_checkpoint
 
 
@@ -14,9 +16,12 @@ def from_checkpoint(source, force_download=False, **builder_args):
     `num_heads` for timm files of a non-standard width, `approximate_gelu` (default: the
     format's own), `include_top`, `input_shape`, `classifier_activation`, ... Without a head
     the model returns the MAP-pooled features if the file has a MAP head, else the tokens.
-    `force_download`: fetch a named checkpoint's file again.
+    `force_download`: fetch a named checkpoint's file again. An EoMT checkpoint
+    (`EomtForUniversalSegmentation`) gives its whole segmentation model (`keras_vit.dense.eomt`),
+    the builder arguments applying to its backbone.
     """
-    ckpt = weights_checkpoint(source, num_heads=builder_args.get("num_heads"), force_download=force_download)
+    ckpt, head = split_head(weights_checkpoint(source, num_heads=builder_args.get("num_heads"),
+                                               force_download=force_download))
     args = dict(
         ckpt.architecture(),
         include_top=ckpt.classes is not None,
@@ -24,4 +29,5 @@ def from_checkpoint(source, force_download=False, **builder_args):
         pooling="map" if ckpt.head_pooling == "map" else ckpt.pooling,
     )
     args.update(builder_args)
-    return VisionTransformer(**args, weights=ckpt)
+    model = VisionTransformer(**args, weights=ckpt)
+    return model if head is None else eomt_of_checkpoint(model, ckpt, head)

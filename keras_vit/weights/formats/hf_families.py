@@ -34,7 +34,7 @@ DINOV3_LAYER = "layer.{i}."
 SIGLIP_LAYER = "encoder.layers.{i}."
 
 
-def _qkv_rows(theirs, names=QKV, bias_free=False):
+def qkv_rows(theirs, names=QKV, bias_free=False):
     """Separate q / k / v projections: `theirs` with `{n}` replaced by each of `names`;
     `bias_free`: their biases may be absent (`qkv_bias=False`)."""
     if bias_free:
@@ -63,7 +63,7 @@ DINOV2_TABLE = Table(
         LAYER + "norm1.", LAYER + "norm2.", LAYER + "attention.output.dense.", LAYER + "mlp.fc1.",
         LAYER + "mlp.fc2.", "layernorm.", None, None,
     )
-    + _qkv_rows(LAYER + "attention.attention.{n}.")
+    + qkv_rows(LAYER + "attention.attention.{n}.")
     + pairs((LAYER_SCALE[0], LAYER + "layer_scale1.lambda1"), (LAYER_SCALE[1], LAYER + "layer_scale2.lambda1"))
     + pairs((REG, "embeddings.register_tokens"), optional=True)
 )
@@ -74,7 +74,7 @@ DINOV3_TABLE = Table(
         DINOV3_LAYER + "norm2.", DINOV3_LAYER + "attention.o_proj.", DINOV3_LAYER + "mlp.up_proj.",
         DINOV3_LAYER + "mlp.down_proj.", "norm.", None, None,
     ) if row.canonical[0].text != POSEMB)
-    + _qkv_rows(DINOV3_LAYER + "attention.{n}_proj.", ("q", "k", "v"), bias_free=True)
+    + qkv_rows(DINOV3_LAYER + "attention.{n}_proj.", ("q", "k", "v"), bias_free=True)
     + pairs((LAYER_SCALE[0], DINOV3_LAYER + "layer_scale1.lambda1"),
             (LAYER_SCALE[1], DINOV3_LAYER + "layer_scale2.lambda1"))
     + pairs((REG, "embeddings.register_tokens"), optional=True)
@@ -103,7 +103,7 @@ SIGLIP_TABLE = Table(
         SIGLIP_LAYER + "layer_norm1.", SIGLIP_LAYER + "layer_norm2.", SIGLIP_LAYER + "self_attn.out_proj.",
         SIGLIP_LAYER + "mlp.fc1.", SIGLIP_LAYER + "mlp.fc2.", "post_layernorm.", None, None,
     )
-    + _qkv_rows(SIGLIP_LAYER + "self_attn.{n}_proj.", ("q", "k", "v"))
+    + qkv_rows(SIGLIP_LAYER + "self_attn.{n}_proj.", ("q", "k", "v"))
     + MAP_ROWS
 )
 

@@ -1,0 +1,3 @@
+"""Dense prediction on a keras_vit backbone: EoMT segmentation (`keras_vit.dense.eomt`)."""
+
+from keras_vit.dense.eomt import eomt_model  # noqa: F401
