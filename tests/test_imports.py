@@ -107,7 +107,7 @@ FLOORS = (
     ("layers",),
     ("architecture", "packing"),
     ("weights",),
-    ("applications", "run_folder", "lora", "data", "inspect"),
+    ("applications", "dense", "run_folder", "lora", "data", "inspect"),
     ("evaluation",),
     ("inference",),
     ("training",),

@@ -66,10 +66,12 @@ def detect(raw):
 
 
 def prepare(raw):
-    """Leaves out the loss's class weights, gives the position embeddings a batch axis and a zero
+    """Leaves out the loss's class weights and an empty register array, gives the position embeddings a batch axis and a zero
     class-token row (EoMT adds none to its class token), packs a SwiGLU MLP's `gate_proj` and
     `up_proj` as keras_vit's `[gate | value]` (`mlp.fc1`) and names `down_proj` `mlp.fc2`."""
     tensors = {k: v for k, v in raw.tensors.items() if k != "criterion.empty_weight"}
+    if 0 in getattr(tensors.get("embeddings.register_tokens"), "shape", (1,)):  # `num_register_tokens=0`
+        del tensors["embeddings.register_tokens"]
     if POSITION in tensors and len(tensors[POSITION].shape) == 2:
         tensors[POSITION] = with_class_row(tensors[POSITION].reshape(1, *tensors[POSITION].shape))
     for key in [k for k in tensors if ".mlp.gate_proj." in k]:
