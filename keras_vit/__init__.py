@@ -43,4 +43,4 @@ def _command_line():
 
 
 if not _command_line():
-    from keras_vit import layers  # noqa: F401  (registers the layers for keras.saving.load_model)
+    from keras_vit import dense, layers  # noqa: F401  (registers the layers for keras.saving.load_model)
