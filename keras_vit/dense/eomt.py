@@ -53,11 +53,14 @@ class EoMTHead(keras.layers.Layer):
     `class_head`: Linear. `mask_head`: three Linear layers with GELU between. `upscale_{j}`
     (`num_upscale_blocks` of them, `EomtScaleLayer`): a 2x2 stride-2 transposed convolution, GELU,
     a 3x3 depthwise convolution without bias and a LayerNorm over the channels. GELU:
-    `approximate_gelu` (tanh) or exact, as the backbone's."""
+    `approximate_gelu` (tanh) or exact, as the backbone's. `masked_attention`: per block that sees
+    the queries, whether it attends through the masks predicted before it (`eomt_model` builds the
+    blocks so; the exporter reads it)."""
 
     def __init__(self, num_queries, num_prefix_tokens, num_classes, num_upscale_blocks=2, approximate_gelu=False,
-                 **kwargs):
+                 masked_attention=(True,), **kwargs):
         super().__init__(**kwargs)
+        self.masked_attention = tuple(bool(m) for m in masked_attention)
         self.num_queries = int(num_queries)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.num_classes = int(num_classes)
@@ -105,7 +108,7 @@ class EoMTHead(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "num_queries": self.num_queries, "num_prefix_tokens": self.num_prefix_tokens,
                 "num_classes": self.num_classes, "num_upscale_blocks": self.num_upscale_blocks,
-                "approximate_gelu": self.approximate_gelu}
+                "approximate_gelu": self.approximate_gelu, "masked_attention": self.masked_attention}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -182,16 +185,16 @@ def eomt_model(backbone, num_classes, num_queries=100, num_blocks=4, num_upscale
     if is_naflex(backbone) or encoder.encoder_norm is None:
         raise ValueError(f"{backbone.name}: EoMT needs a backbone with the final LayerNorm on its tokens and one patch "
                          "grid per batch (not fc_norm, not NaFlex).")
-    masked = _masked(masked_attention, num_blocks)
     prefix, start = prefix_tokens(backbone), encoder.depth - num_blocks
     grid = embedding_layer(backbone).output
-    head = EoMTHead(num_queries, prefix, num_classes, num_upscale_blocks, encoder.approximate_gelu, name="eomt_head")
+    head = EoMTHead(num_queries, prefix, num_classes, num_upscale_blocks, encoder.approximate_gelu,
+                    _masked(masked_attention, num_blocks), name="eomt_head")
     attention_mask = EoMTAttentionMask(num_queries, prefix, name="eomt_attention_mask")
     (x, rope), mask = encoder_inputs(backbone), None
     for i, block in enumerate(encoder.blocks):
         if i == start:
             x = LearnedTokens(num_queries, name="eomt_queries")(x)
-        if i >= start and masked[i - start]:
+        if i >= start and head.masked_attention[i - start]:
             mask = attention_mask(head(encoder.encoder_norm(x), grid)[0], grid)
         x = block(x, **rope) if mask is None else block(x, valid=mask, **rope)
     masks, classes = head(encoder.encoder_norm(x), grid)
