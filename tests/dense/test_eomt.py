@@ -102,6 +102,34 @@ def test_keras_file_round_trip(case, tmp_path):
     assert loaded.preprocessing == "eomt"
 
 
+# Config fields that say who wrote the file or how it trains (the losses), not what the model is.
+_NOT_THE_MODEL = ("transformers_version", "dtype", "torch_dtype", "initializer_range", "drop_path_rate",
+                  "attention_dropout", "hidden_dropout_prob", "class_weight", "mask_weight", "dice_weight",
+                  "train_num_points", "oversample_ratio", "importance_sample_ratio")
+
+
+def test_export_writes_the_transformers_folder_back(case, tmp_path):
+    """`export(format="hf")`: the same tensors and model config as the folder read, and transformers
+    loads it (model and image processor) with the same logits."""
+    import json
+
+    from safetensors.numpy import load_file
+
+    reference, folder, model = case
+    keras_vit.weights.export(model, tmp_path / "out", format="hf")
+    original, written = (load_file(f / "model.safetensors") for f in (folder, tmp_path / "out"))
+    assert set(written) == set(original)
+    for key, value in original.items():
+        np.testing.assert_array_equal(written[key], value, err_msg=key)
+    configs = [{k: v for k, v in json.loads((f / "config.json").read_text()).items() if k not in _NOT_THE_MODEL}
+               for f in (folder, tmp_path / "out")]
+    assert configs[1] == configs[0]
+    loaded = transformers.EomtForUniversalSegmentation.from_pretrained(tmp_path / "out").eval()
+    assert _close(_numpy(model(_images())), _run(loaded, _images()))
+    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "out")
+    assert processor.size["shortest_edge"] == SIZE and tuple(processor.image_mean) == keras_vit.preprocessing.IMAGENET_MEAN
+
+
 def _mutant(folder, without=(), encoder_norm=None, **changes):
     """The folder's model built as `from_checkpoint` does, with the head's options changed by `changes`,
     its canonical tensors containing any of `without` left out and, if given, `encoder_norm` in the
@@ -177,3 +205,18 @@ def test_annealing_fractions_are_refused_in_one_line(tmp_path):
     _save(tmp_path, {}, (1.0, 0.5))
     with pytest.raises(ValueError, match=r"^[^\n]*attn_mask_probs=\[1\.0, 0\.5\]; keras_vit runs EoMT with 0 or 1[^\n]*$"):
         keras_vit.from_checkpoint(str(tmp_path))
+
+
+def test_export_in_another_format_is_refused_in_one_line(base, tmp_path):
+    model = _mutant(base[0])
+    with pytest.raises(ValueError, match=r"^[^\n]*an EoMT segmentation model cannot be written as timm; export with "
+                                         r"format= hf[^\n]*$"):
+        keras_vit.weights.export(model, tmp_path / "x.safetensors", format="timm")
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_export_of_what_transformers_eomt_cannot_hold_is_refused_in_one_line(backbone, tmp_path):
+    model = eomt_model(backbone, num_classes=3, num_queries=4, num_blocks=1)  # no LayerScale, no registers
+    with pytest.raises(ValueError, match=r"^Cannot export [^\n]* as a transformers EoMT model: it has "
+                                         r"layer_scale_init=None \(EoMT: 1\.0\)[^\n]*$"):
+        keras_vit.weights.export(model, tmp_path / "out", format="hf")
