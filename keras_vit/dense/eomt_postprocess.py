@@ -6,8 +6,7 @@ import numbers
 import numpy as np
 from keras import ops
 
-from keras_vit.dense.eomt import OUTPUTS, TORCH_BILINEAR
-from keras_vit.layers.position_embedding import resize_matrix
+from keras_vit.dense.eomt import OUTPUTS
 
 
 def _size(value, what):
@@ -17,10 +16,23 @@ def _size(value, what):
     return int(value[0]), int(value[1])
 
 
+def _bilinear(n_in, n_out):
+    """torch's `interpolate(mode="bilinear", align_corners=False)` along one axis: the `(n_out, n_in)`
+    matrix, its sample positions in float32 as torch's (NumPy on the host: no compilation per size,
+    as backend ops would have on JAX)."""
+    scale = np.float32(n_in) / np.float32(n_out)
+    source = np.maximum(scale * (np.arange(n_out, dtype=np.float32) + np.float32(0.5)) - np.float32(0.5), np.float32(0))
+    low = np.minimum(np.floor(source).astype(np.int64), n_in - 1)
+    high, frac, rows = np.minimum(low + 1, n_in - 1), (source - low).astype(np.float64), np.arange(n_out)
+    matrix = np.zeros((n_out, n_in))
+    np.add.at(matrix, (rows, low), 1 - frac)
+    np.add.at(matrix, (rows, high), frac)
+    return matrix
+
+
 def _resized(maps, size):
     """`(..., h, w)` maps resized to `size` as torch's bilinear `interpolate` (float64 products)."""
-    rows, cols = (ops.convert_to_numpy(resize_matrix(n, m, TORCH_BILINEAR)).astype(np.float64)
-                  for n, m in zip(maps.shape[-2:], size))
+    rows, cols = (_bilinear(n, m) for n, m in zip(maps.shape[-2:], size))
     return np.einsum("yh,...hw,xw->...yx", rows, maps.astype(np.float64), cols).astype(np.float32)
 
 
