@@ -4,7 +4,7 @@ keras_vit backbone, as transformers' `EomtForUniversalSegmentation` runs it at i
 The backbone's first `depth - num_blocks` blocks run on its tokens (class, registers, patches);
 then `num_queries` learned queries are put before them for the last `num_blocks` blocks. The final
 LayerNorm of the backbone, then the head (`EoMTHead`), read the tokens before each of those blocks
-and at the end: class logits `(batch, queries, classes + 1)` (the last: "no object") from the
+that masks its attention, and at the end: class logits `(batch, queries, classes + 1)` (the last: "no object") from the
 queries, mask logits `(batch, queries, 4h, 4w)` (two upscaling blocks) as the dot product of the
 queries' MLP with the upscaled patch tokens. Before each of the last blocks whose masked attention
 is on (transformers' `attn_mask_probs` 1), the queries attend only to the patches where that
@@ -193,7 +193,9 @@ def eomt_model(backbone, num_classes, num_queries=100, num_blocks=4, num_upscale
     (x, rope), mask = encoder_inputs(backbone), None
     for i, block in enumerate(encoder.blocks):
         if i == start:
-            x = LearnedTokens(num_queries, name="eomt_queries")(x)
+            queries = LearnedTokens(num_queries, name="eomt_queries")
+            x = queries(x)
+            queries.tokens.assign(keras.random.normal(queries.tokens.shape))  # N(0, 1) as nn.Embedding: distinct queries
         if i >= start and head.masked_attention[i - start]:
             mask = attention_mask(head(encoder.encoder_norm(x), grid)[0], grid)
         x = block(x, **rope) if mask is None else block(x, valid=mask, **rope)

@@ -233,3 +233,10 @@ def test_export_of_what_transformers_eomt_cannot_hold_is_refused_in_one_line(bac
     with pytest.raises(ValueError, match=r"^Cannot export [^\n]* as a transformers EoMT model: it has "
                                          r"layer_scale_init=None \(EoMT: 1\.0\)[^\n]*$"):
         keras_vit.weights.export(model, tmp_path / "out", format="hf")
+
+
+def test_new_queries_start_distinct(backbone):
+    """As transformers' `nn.Embedding`: N(0, 1) (zeros, as registers start, would make every query the same)."""
+    model = eomt_model(backbone, num_classes=3, num_queries=16, num_blocks=1)
+    queries = keras.ops.convert_to_numpy(model.get_layer("eomt_queries").tokens)[0]
+    assert 0.7 < queries.std() < 1.3 and np.linalg.matrix_rank(queries) == 16
