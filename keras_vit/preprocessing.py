@@ -47,6 +47,8 @@ PREPROCESSING = {
     "dinov2": Preprocessing(IMAGENET_MEAN, IMAGENET_STD, "bicubic", 1.0),
     # DINOv3 (transformers DINOv3ViTImageProcessorFast: ImageNet mean / std, bilinear resize to 224, no crop).
     "dinov3": Preprocessing(IMAGENET_MEAN, IMAGENET_STD, "bilinear", 1.0),
+    # EoMT (transformers EomtImageProcessor: ImageNet mean / std, bilinear resize, no crop).
+    "eomt": Preprocessing(IMAGENET_MEAN, IMAGENET_STD, "bilinear", 1.0),
     # EVA-02 (timm eva.py `_cfg`s: OpenAI CLIP mean / std, bicubic; the fine-tuned models uncropped).
     "eva02": Preprocessing(CLIP_MEAN, CLIP_STD, "bicubic", 1.0),
     # SigLIP (transformers SiglipImageProcessor: mean / std 0.5, bicubic resize to the square).

@@ -17,6 +17,11 @@ def from_checkpoint(source, force_download=False, **builder_args):
     `force_download`: fetch a named checkpoint's file again.
     """
     ckpt = weights_checkpoint(source, num_heads=builder_args.get("num_heads"), force_download=force_download)
+    return vit_of_checkpoint(ckpt, **builder_args)
+
+
+def vit_of_checkpoint(ckpt, **builder_args):
+    """The Vision Transformer of the canonical checkpoint `ckpt` (`weights_checkpoint`), its weights loaded."""
     args = dict(
         ckpt.architecture(),
         include_top=ckpt.classes is not None,

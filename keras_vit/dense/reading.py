@@ -1,14 +1,16 @@
 """`from_checkpoint`: the model of any supported checkpoint, a Vision Transformer or, for a
-transformers Depth Anything / DPT folder (`keras_vit.dense.layouts`), the whole depth model."""
+transformers Depth Anything / DPT folder (`keras_vit.dense.layouts`) or EoMT folder, the whole dense model."""
 
 import os
 
-from keras_vit.applications.from_checkpoint import from_checkpoint as vit_from_checkpoint
+from keras_vit.applications.from_checkpoint import vit_of_checkpoint
 from keras_vit.applications.vision_transformer import VisionTransformer
+from keras_vit.dense.eomt import eomt_of_checkpoint
 from keras_vit.dense.layouts import blocks, layout_of
 from keras_vit.dense.model import DenseModel
 from keras_vit.weights import containers
-from keras_vit.weights.reading import read_raw
+from keras_vit.weights.formats.eomt import split_head
+from keras_vit.weights.reading import read_raw, weights_checkpoint
 
 BACKBONE = "backbone."
 
@@ -19,14 +21,19 @@ def from_checkpoint(source, force_download=False, **builder_args):
     A transformers `DepthAnythingForDepthEstimation` or `DPTForDepthEstimation` (DINOv2 backbone)
     gives the whole `DenseModel`, images -> `(batch, H, W)` depth as transformers' `predicted_depth`
     (`builder_args`: the backbone's `VisionTransformer` arguments; by default `input_shape=(None,
-    None, 3)`, any multiple of the patch size). Anything else gives its Vision Transformer: see
+    None, 3)`, any multiple of the patch size); an EoMT checkpoint (`EomtForUniversalSegmentation`)
+    its whole segmentation model (`keras_vit.dense.eomt`), the builder arguments applying to its
+    backbone. Anything else gives its Vision Transformer: see
     `keras_vit.applications.from_checkpoint.from_checkpoint`.
     """
     if isinstance(source, (str, os.PathLike)) and os.path.exists(source):
         raw = containers.open_checkpoint(source)
         if layout_of(raw.meta.get("config")) is not None:
             return dense_from_raw(raw, **builder_args)
-    return vit_from_checkpoint(source, force_download=force_download, **builder_args)
+    ckpt, head = split_head(weights_checkpoint(source, num_heads=builder_args.get("num_heads"),
+                                               force_download=force_download))
+    model = vit_of_checkpoint(ckpt, **builder_args)
+    return model if head is None else eomt_of_checkpoint(model, ckpt, head)
 
 
 def dense_from_raw(raw, **builder_args):

@@ -125,18 +125,19 @@ def _resized_posemb(posemb, old_grid, new_grid, method, prefix):
     )
 
 
-def assign(model, ckpt, tensors, new=()):
+def assign(model, ckpt, tensors, new=(), table=None):
     """Loads canonical `tensors` of `ckpt` into `model`, resizing the position embeddings to
     the model's grid as the model resizes them at run time (its `interpolation`). Every model
     variable except those in `new` must receive a value of its exact shape; nothing is
-    assigned unless all do."""
+    assigned unless all do. `table`: the key table of `tensors` (default: a whole ViT's,
+    `variables.TABLE`; `variables.EOMT_TABLE`: the EoMT head alone)."""
     tensors = dict(tensors)
     layer = model.get_layer("posembed_input")
     if POSEMB in tensors:
         tensors[POSEMB] = _resized_posemb(
             tensors[POSEMB], ckpt.patch_grid, layer.grid_size, layer.interpolation, ckpt.position_prefix
         )
-    values = variables.from_canonical(tensors, ckpt.num_heads, f"checkpoint {ckpt.path}")
+    values = variables.from_canonical(tensors, ckpt.num_heads, f"checkpoint {ckpt.path}", table)
     by_path = {v.path: v for v in model.weights}
     problems = [f"{k} ({v.source}): the model has no such variable" for k, v in values.items() if k not in by_path]
     for path, variable in by_path.items():

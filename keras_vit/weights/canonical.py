@@ -42,6 +42,12 @@ EMBEDDING_NORM = "embedding_norm/"
 PRE_NORM = "pre_norm/"
 PROJECTION = "projection/kernel"
 MAP = "MAPHead_0/"
+# EoMT's segmentation head (`keras_vit.dense.eomt`; no original npz exists, so named here): the queries joined
+# before the last blocks, the class and mask heads, the upscaling blocks, and transformers' `attn_mask_probs` (read,
+# not a variable: which of the last blocks attend through the predicted masks).
+EOMT = "EoMT/"
+EOMT_QUERIES, EOMT_MASK_PROBS = EOMT + "queries", EOMT + "attn_mask_probs"
+EOMT_CLASS, EOMT_MASK_MLP, EOMT_UPSCALE = EOMT + "class_head/", EOMT + "mask_head/Dense_{j}/", EOMT + "upscale_{j}/"
 MAP_ATTN = MAP + "MultiHeadDotProductAttention_0/"
 MAP_KEYS = (
     MAP + "probe",

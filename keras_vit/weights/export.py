@@ -10,7 +10,7 @@ import numpy as np
 
 from keras_vit.files import check_space, check_target, one_line_errors
 from keras_vit.weights import containers, formats, variables
-from keras_vit.weights.canonical import Checkpoint
+from keras_vit.weights.canonical import EOMT_MASK_PROBS, EOMT_QUERIES, Checkpoint
 from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.reading import weights_checkpoint
@@ -19,11 +19,12 @@ FORMATS = formats.export_names()
 
 
 def model_checkpoint(model):
-    """The weights of a keras_vit Vision Transformer as a canonical `Checkpoint`."""
+    """The weights of a keras_vit Vision Transformer (or EoMT model) as a canonical `Checkpoint`."""
     import keras
 
-    try:
-        encoder = model.get_layer("encoder")
+    try:  # the first block (the EoMT model calls the blocks without their encoder)
+        block = model.get_layer("encoder").blocks[0] if "encoder" in [x.name for x in model.layers] else \
+            model.get_layer("encoderblock_0")
         grid = model.get_layer("posembed_input").grid_size
     except ValueError:
         raise ValueError(
@@ -36,14 +37,17 @@ def model_checkpoint(model):
         )
         for v in model.weights
     }
-    tensors = variables.to_canonical(tensors, encoder.num_heads, f"model {model.name!r}")
+    tensors = variables.to_canonical(tensors, block.num_heads, f"model {model.name!r}")
     names = [layer.name for layer in model.layers]
+    if "eomt_head" in names:  # which of EoMT's last blocks attend through the masks: a setting, not a variable
+        masked = np.asarray(model.get_layer("eomt_head").masked_attention, np.float32)
+        tensors[EOMT_MASK_PROBS] = LazyArray.wrap(masked, "the EoMT head's masked_attention")
     pooling = "map" if "map_head" in names else model.get_layer("pooling").mode if "pooling" in names else None
-    attention = encoder.blocks[0].attention
+    attention = block.attention
     rope = next((layer for layer in model.layers if type(layer).__name__ == "RopePositionEmbedding"), None)
     return Checkpoint(
-        model.name, "keras", tensors, encoder.blocks[0].approximate_gelu, encoder.num_heads, tuple(grid),
-        encoder.blocks[0].layer_norm_epsilon, pooling, getattr(model, "preprocessing", None),
+        model.name, "keras", tensors, block.approximate_gelu, block.num_heads, tuple(grid),
+        block.layer_norm_epsilon, pooling, getattr(model, "preprocessing", None),
         getattr(model.get_layer("posembed_input"), "interpolation", None),
         attention.rope_theta if rope else None, attention.key_bias,
         type(model.get_layer("posembed_input")).__name__ == "NaFlexPositionEmbedding",
@@ -127,6 +131,10 @@ def _write(fmt, path, ckpt):
             f"{ckpt.path}: rotary position embeddings / no key bias (DINOv3) cannot be written as {fmt.name}; "
             f"export with format= {rope}, or save the model with model.save('x.keras')."
         )
+    if EOMT_QUERIES in ckpt.tensors and not fmt.writes_eomt:
+        able = ", ".join(f.option for f in formats.FORMATS if f.writes_eomt and f.write)
+        raise ValueError(f"{ckpt.path}: an EoMT segmentation model cannot be written as {fmt.name}; export with "
+                         f"format= {able}, or save the model with model.save('x.keras').")
     if ckpt.naflex and not fmt.writes_naflex:
         naflex = ", ".join(f.option for f in formats.FORMATS if f.writes_naflex and f.write)
         raise ValueError(f"{ckpt.path}: a NaFlex model (SigLIP 2) cannot be written as {fmt.name}; "

@@ -5,8 +5,8 @@
 
 from keras_vit.weights import stems
 from keras_vit.weights.canonical import (
-    ATTN, BLOCK, DIST, EMBEDDING_NORM, FC_NORM, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, MLP, MLP_NORM, POSEMB, PRE_NORM,
-    PROJECTION, QK_NORM, QKV, REG, ROPE_FREQS,
+    ATTN, BLOCK, DIST, EMBEDDING_NORM, EOMT_CLASS, EOMT_MASK_MLP, EOMT_QUERIES, EOMT_UPSCALE, FC_NORM, HEAD_DIST,
+    LAYER_SCALE, MAP, MAP_ATTN, MLP, MLP_NORM, POSEMB, PRE_NORM, PROJECTION, QK_NORM, QKV, REG, ROPE_FREQS,
 )
 from keras_vit.weights.lazy import concat
 from keras_vit.weights.table import Row, Table, pairs
@@ -91,6 +91,16 @@ MAP_HEAD = (
            optional=True),
 )
 
+# The EoMT head of `keras_vit.dense.eomt` (its layers `eomt_queries` and `eomt_head`).
+EOMT_HEAD = pairs(
+    (EOMT_QUERIES, "eomt_queries/tokens"),
+    *((EOMT_CLASS + p, "eomt_head/class_head/" + p) for p in ("kernel", "bias")),
+    *((EOMT_MASK_MLP + p, "eomt_head/mask_head_{j}/" + p) for p in ("kernel", "bias")),
+    *((EOMT_UPSCALE + f"conv_transpose/{p}", f"eomt_head/upscale_{{j}}_conv_transpose/{p}") for p in ("kernel", "bias")),
+    (EOMT_UPSCALE + "depthwise/kernel", "eomt_head/upscale_{j}_depthwise/kernel"),
+    optional=True,
+) + _norm(EOMT_UPSCALE + "LayerNorm_0/", "eomt_head/upscale_{j}_norm/", optional=True)
+
 TABLE = Table(
     pairs(("embedding/kernel", "embedding/kernel"))
     + pairs(
@@ -129,7 +139,9 @@ TABLE = Table(
     + pairs(("head/kernel", "head/kernel"), ("head/bias", "head/bias"), optional=True)
     + BIT_STEM
     + MAP_HEAD
+    + EOMT_HEAD
 )
+EOMT_TABLE = Table(EOMT_HEAD, dense={})
 
 
 def _full_table():
@@ -141,6 +153,6 @@ def to_canonical(tensors, heads, what):
     return _full_table().to_canonical(tensors, heads, what)
 
 
-def from_canonical(tensors, heads, what):
-    """Variable path -> LazyArray of canonical `tensors`."""
-    return _full_table().from_canonical(tensors, heads, what)
+def from_canonical(tensors, heads, what, table=None):
+    """Variable path -> LazyArray of canonical `tensors` (through `table`, default the whole ViT's)."""
+    return (table or _full_table()).from_canonical(tensors, heads, what)

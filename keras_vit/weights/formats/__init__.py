@@ -9,7 +9,8 @@ imports Keras.
 import os
 
 from keras_vit.weights.formats import (
-    dinov3, eva, hf_aimv2, hf_clip, hf_families, keras, kerashub, kerashub_families, open_clip, original, rope_vit, timm)
+    dinov3, eomt, eva, hf_aimv2, hf_clip, hf_families, keras, kerashub, kerashub_families, open_clip, original, rope_vit,
+    timm)
 
 FORMATS = [
     original.FORMAT,
@@ -19,6 +20,7 @@ FORMATS = [
     open_clip.FORMAT,
     timm.FORMAT,
     hf_aimv2.FORMAT,
+    eomt.FORMAT,
     hf_families.DEIT,
     hf_families.DINOV3,
     hf_families.DINOV2,

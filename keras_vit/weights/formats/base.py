@@ -49,6 +49,7 @@ class Format:
     `keras_vit.interpolation.INTERPOLATIONS`), unless the file's `Metadata` says otherwise.
     `writes_rope`: `write` records rotary position embeddings and the dropped key bias (DINOv3).
     `writes_naflex`: `write` records a NaFlex model (SigLIP 2).
+    `writes_eomt`: `write` records an EoMT segmentation model (`keras_vit.dense.eomt`).
     `block_options`: the block options (`BLOCK_OPTIONS`) `write` records when they differ from
     the default (the others are refused, not written as another model)."""
 
@@ -65,6 +66,7 @@ class Format:
     interpolation: str = DEFAULT
     writes_rope: bool = False
     writes_naflex: bool = False
+    writes_eomt: bool = False
     block_options: tuple = ()
 
     @property

@@ -1,13 +1,16 @@
 """Rows and clean-ups shared by several formats: the PyTorch layouts' common rows (timm and
-Hugging Face differ only in names and in their q/k/v projections), and the zero class-token
+Hugging Face differ only in names and in their q/k/v projections; `qkv_rows`: the separate
+projections of the transformers families), and the zero class-token
 row that position embeddings stored without one get, and the checks of a config's sizes."""
 
 import numpy as np
 
-from keras_vit.weights.canonical import ATTN, BLOCK, MLP, POSEMB
+from keras_vit.weights.canonical import ATTN, BLOCK, MLP, POSEMB, QKV
 from keras_vit.weights.lazy import LazyArray, concat
 from keras_vit.weights.table import Row, pairs
-from keras_vit.weights.transforms import conv_from_canonical, conv_to_canonical, heads_to_out, out_to_heads, transpose
+from keras_vit.weights.transforms import (bias_to_heads, conv_from_canonical, conv_to_canonical, heads_to_bias,
+                                          heads_to_linear, heads_to_linear_and_bias, heads_to_out, linear_and_bias_to_heads,
+                                          linear_to_heads, out_to_heads, transpose)
 
 
 def norm_rows(canonical, theirs, weight="weight", bias="bias", optional=False):
@@ -73,3 +76,21 @@ def config_pair(value, what, path, length=2):
     ):
         raise ValueError(f"{path}: its config's {what}={value!r}; expected a whole number >= 1 or a list of them.")
     return tuple(values[:2])
+
+
+def qkv_rows(theirs, names=QKV, bias_free=False):
+    """Separate q / k / v projections: `theirs` with `{n}` replaced by each of `names`;
+    `bias_free`: their biases may be absent (`qkv_bias=False`)."""
+    if bias_free:
+        return tuple(row for n, t in zip(QKV, names) for row in (
+            Row(ATTN + f"{n}/kernel", theirs.replace("{n}", t) + "weight", linear_to_heads, heads_to_linear),
+            Row(ATTN + f"{n}/bias", theirs.replace("{n}", t) + "bias", bias_to_heads, heads_to_bias, optional=True)))
+    return tuple(
+        Row(
+            (ATTN + f"{n}/kernel", ATTN + f"{n}/bias"),
+            (theirs.replace("{n}", t) + "weight", theirs.replace("{n}", t) + "bias"),
+            linear_and_bias_to_heads,
+            heads_to_linear_and_bias,
+        )
+        for n, t in zip(QKV, names)
+    )

@@ -19,7 +19,8 @@ from keras_vit.weights.canonical import PRE_NORM, PROJECTION, Metadata
 from keras_vit.weights.formats import hf_families, huggingface
 from keras_vit.weights.formats.base import CLIP_OPTIONS
 from keras_vit.weights.formats.common import norm_rows, torch_rows
-from keras_vit.weights.formats.hf_families import SIGLIP_LAYER, _qkv_rows, strip_prefixes
+from keras_vit.weights.formats.common import qkv_rows
+from keras_vit.weights.formats.hf_families import SIGLIP_LAYER, strip_prefixes
 from keras_vit.weights.formats.huggingface import common_config, hf_preprocessor_config, write_folder
 from keras_vit.weights.formats.base import Format
 from keras_vit.weights.table import Row, Table
@@ -36,7 +37,7 @@ TABLE = Table(
         SIGLIP_LAYER + "layer_norm1.", SIGLIP_LAYER + "layer_norm2.", SIGLIP_LAYER + "self_attn.out_proj.",
         SIGLIP_LAYER + "mlp.fc1.", SIGLIP_LAYER + "mlp.fc2.", "post_layernorm.", None, None,
     )
-    + _qkv_rows(SIGLIP_LAYER + "self_attn.{n}_proj.", ("q", "k", "v"))
+    + qkv_rows(SIGLIP_LAYER + "self_attn.{n}_proj.", ("q", "k", "v"))
     + norm_rows(PRE_NORM, "pre_layrnorm.")
     + (Row(PROJECTION, "visual_projection.weight", transpose, transpose, optional=True),)
 )

@@ -4,8 +4,8 @@
 (`SiglipVisionModel`, `Siglip2VisionModel` for NaFlex, or the `vision_model` of a `SiglipModel`); `config.json`
 gives the GELU, heads, grid and LayerNorm epsilon, as for the paper's ViT (`formats.huggingface`).
 
-Written by `export(format="hf")`, whose `write` (`HF`) picks the family from the checkpoint: a
-distillation token makes a DeiT (`DeiTForImageClassificationWithTeacher` with both heads,
+Written by `export(format="hf")`, whose `write` (`HF`) picks the family from the checkpoint: an
+EoMT head makes an `EomtForUniversalSegmentation` (`formats.eomt`), a distillation token makes a DeiT (`DeiTForImageClassificationWithTeacher` with both heads,
 `DeiTForImageClassification` with one, else `DeiTModel`), NaFlex inputs a `Siglip2VisionModel`,
 rotary position embeddings (or no key bias) a `DINOv3ViTModel`, LayerScale or registers a DINOv2
 (`Dinov2Model` / `Dinov2WithRegistersModel`, no head), no class token a `SiglipVisionModel`
@@ -18,38 +18,19 @@ import math
 
 import numpy as np
 
-from keras_vit.weights.canonical import ATTN, DIST, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, POSEMB, QKV, REG, Metadata
-from keras_vit.weights.formats import huggingface
+from keras_vit.weights.canonical import DIST, EOMT_QUERIES, HEAD_DIST, LAYER_SCALE, MAP, MAP_ATTN, POSEMB, QKV, REG, Metadata
+from keras_vit.weights.formats import eomt, huggingface
 from keras_vit.weights.formats.base import Format
-from keras_vit.weights.formats.common import config_pair, linear_row, torch_rows
+from keras_vit.weights.formats.common import config_pair, linear_row, qkv_rows, torch_rows
 from keras_vit.weights.formats.huggingface import RESAMPLE, common_config, hf_config, hf_preprocessor_config, write_folder
 from keras_vit.weights.formats.timm import fused_qkv_from_canonical, fused_qkv_to_canonical
 from keras_vit.weights.lazy import LazyArray, concat
 from keras_vit.weights.table import Row, Table, pairs
-from keras_vit.weights.transforms import (bias_to_heads, heads_to_bias, heads_to_linear, heads_to_linear_and_bias, heads_to_out,
-                                          linear_and_bias_to_heads, linear_to_heads, out_to_heads)
+from keras_vit.weights.transforms import heads_to_out, out_to_heads
 
 LAYER = "encoder.layer.{i}."
 DINOV3_LAYER = "layer.{i}."
 SIGLIP_LAYER = "encoder.layers.{i}."
-
-
-def _qkv_rows(theirs, names=QKV, bias_free=False):
-    """Separate q / k / v projections: `theirs` with `{n}` replaced by each of `names`;
-    `bias_free`: their biases may be absent (`qkv_bias=False`)."""
-    if bias_free:
-        return tuple(row for n, t in zip(QKV, names) for row in (
-            Row(ATTN + f"{n}/kernel", theirs.replace("{n}", t) + "weight", linear_to_heads, heads_to_linear),
-            Row(ATTN + f"{n}/bias", theirs.replace("{n}", t) + "bias", bias_to_heads, heads_to_bias, optional=True)))
-    return tuple(
-        Row(
-            (ATTN + f"{n}/kernel", ATTN + f"{n}/bias"),
-            (theirs.replace("{n}", t) + "weight", theirs.replace("{n}", t) + "bias"),
-            linear_and_bias_to_heads,
-            heads_to_linear_and_bias,
-        )
-        for n, t in zip(QKV, names)
-    )
 
 
 DEIT_TABLE = huggingface.TABLE + (
@@ -63,7 +44,7 @@ DINOV2_TABLE = Table(
         LAYER + "norm1.", LAYER + "norm2.", LAYER + "attention.output.dense.", LAYER + "mlp.fc1.",
         LAYER + "mlp.fc2.", "layernorm.", None, None,
     )
-    + _qkv_rows(LAYER + "attention.attention.{n}.")
+    + qkv_rows(LAYER + "attention.attention.{n}.")
     + pairs((LAYER_SCALE[0], LAYER + "layer_scale1.lambda1"), (LAYER_SCALE[1], LAYER + "layer_scale2.lambda1"))
     + pairs((REG, "embeddings.register_tokens"), optional=True)
 )
@@ -74,7 +55,7 @@ DINOV3_TABLE = Table(
         DINOV3_LAYER + "norm2.", DINOV3_LAYER + "attention.o_proj.", DINOV3_LAYER + "mlp.up_proj.",
         DINOV3_LAYER + "mlp.down_proj.", "norm.", None, None,
     ) if row.canonical[0].text != POSEMB)
-    + _qkv_rows(DINOV3_LAYER + "attention.{n}_proj.", ("q", "k", "v"), bias_free=True)
+    + qkv_rows(DINOV3_LAYER + "attention.{n}_proj.", ("q", "k", "v"), bias_free=True)
     + pairs((LAYER_SCALE[0], DINOV3_LAYER + "layer_scale1.lambda1"),
             (LAYER_SCALE[1], DINOV3_LAYER + "layer_scale2.lambda1"))
     + pairs((REG, "embeddings.register_tokens"), optional=True)
@@ -103,7 +84,7 @@ SIGLIP_TABLE = Table(
         SIGLIP_LAYER + "layer_norm1.", SIGLIP_LAYER + "layer_norm2.", SIGLIP_LAYER + "self_attn.out_proj.",
         SIGLIP_LAYER + "mlp.fc1.", SIGLIP_LAYER + "mlp.fc2.", "post_layernorm.", None, None,
     )
-    + _qkv_rows(SIGLIP_LAYER + "self_attn.{n}_proj.", ("q", "k", "v"))
+    + qkv_rows(SIGLIP_LAYER + "self_attn.{n}_proj.", ("q", "k", "v"))
     + MAP_ROWS
 )
 
@@ -466,6 +447,8 @@ def _write_siglip2(folder, ckpt):
 
 def write(folder, ckpt):
     """The transformers folder of `ckpt`'s family (see the module docstring)."""
+    if EOMT_QUERIES in ckpt.tensors:
+        return eomt.write(folder, ckpt)
     if ckpt.distillation_token:
         return _write_deit(folder, ckpt)
     if ckpt.naflex:
@@ -481,5 +464,5 @@ def write(folder, ckpt):
 
 
 # The "hf" format, writing each family's model.
-HF = dataclasses.replace(huggingface.FORMAT, write=write, writes_rope=True, writes_naflex=True,
+HF = dataclasses.replace(huggingface.FORMAT, write=write, writes_rope=True, writes_naflex=True, writes_eomt=True,
                          block_options=tuple(_BIASES))

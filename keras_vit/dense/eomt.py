@@ -1,0 +1,215 @@
+"""EoMT, *Your ViT is Secretly an Image Segmentation Model* (Kerssies et al., CVPR 2025), on a
+keras_vit backbone, as transformers' `EomtForUniversalSegmentation` runs it at inference.
+
+The backbone's first `depth - num_blocks` blocks run on its tokens (class, registers, patches);
+then `num_queries` learned queries are put before them for the last `num_blocks` blocks. The final
+LayerNorm of the backbone, then the head (`EoMTHead`), read the tokens before each of those blocks
+that masks its attention, and at the end: class logits `(batch, queries, classes + 1)` (the last: "no object") from the
+queries, mask logits `(batch, queries, 4h, 4w)` (two upscaling blocks) as the dot product of the
+queries' MLP with the upscaled patch tokens. Before each of the last blocks whose masked attention
+is on (transformers' `attn_mask_probs` 1), the queries attend only to the patches where that
+block's mask logits, resized to the patch grid, are positive (and to every query, class and
+register token); a block whose masked attention is off keeps the last mask computed (None before
+the first), as transformers does. Training's annealing of the masks (each query's mask dropped at
+random with a probability that rises to 1) is not implemented: the masks are used as at inference.
+"""
+
+import numbers
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_vit.inspect.model_parts import embedding_layer, encoder_inputs, encoder_layer, is_naflex, prefix_tokens
+from keras_vit.interpolation import Interpolation
+from keras_vit.layers.learned_tokens import LearnedTokens
+from keras_vit.layers.position_embedding import resize_matrix
+from keras_vit.guard import VisionTransformerModel
+from keras_vit.weights.building import assign
+from keras_vit.weights.variables import EOMT_TABLE
+
+# torch `F.interpolate(mode="bilinear", align_corners=False)`: half-pixel, not antialiased.
+TORCH_BILINEAR = Interpolation("linear", "torch F.interpolate(mode='bilinear', align_corners=False)")
+OUTPUTS = ("class_queries_logits", "masks_queries_logits")  # transformers' names of the two outputs
+MASK_MLP_LAYERS = 3
+LAYER_NORM_2D_EPSILON = 1e-6  # transformers' EomtLayerNorm2d, whatever the blocks' epsilon
+
+
+def resized(images, size):
+    """`(..., h, w)` float32 maps resized to `size = (h', w')` as torch's bilinear `interpolate`
+    (separable resize matrices: the same numbers on every backend)."""
+    rows = resize_matrix(ops.shape(images)[-2], size[0], TORCH_BILINEAR)
+    cols = resize_matrix(ops.shape(images)[-1], size[1], TORCH_BILINEAR)
+    return ops.einsum("yh,...hw,xw->...yx", rows, ops.cast(images, "float32"), cols)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class EoMTHead(keras.layers.Layer):
+    """transformers' `EomtForUniversalSegmentation.predict`: `layer(tokens, patch_grid)` with the
+    normalised `(batch, queries + prefix + h*w, width)` tokens and the patch embedding's
+    `(batch, h, w, width)` output (for its shape) -> `(mask_logits (batch, queries, 2^u h, 2^u w),
+    class_logits (batch, queries, num_classes + 1))`.
+
+    `class_head`: Linear. `mask_head`: three Linear layers with GELU between. `upscale_{j}`
+    (`num_upscale_blocks` of them, `EomtScaleLayer`): a 2x2 stride-2 transposed convolution, GELU,
+    a 3x3 depthwise convolution without bias and a LayerNorm over the channels. GELU:
+    `approximate_gelu` (tanh) or exact, as the backbone's. `masked_attention`: per block that sees
+    the queries, whether it attends through the masks predicted before it (`eomt_model` builds the
+    blocks so; the exporter reads it)."""
+
+    def __init__(self, num_queries, num_prefix_tokens, num_classes, num_upscale_blocks=2, approximate_gelu=False,
+                 masked_attention=(True,), **kwargs):
+        super().__init__(**kwargs)
+        self.masked_attention = tuple(bool(m) for m in masked_attention)
+        self.num_queries = int(num_queries)
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.num_classes = int(num_classes)
+        self.num_upscale_blocks = int(num_upscale_blocks)
+        self.approximate_gelu = bool(approximate_gelu)
+
+    def build(self, tokens_shape, patch_grid_shape=None):
+        width = tokens_shape[-1]
+        policy = self.dtype_policy
+        self.class_head = keras.layers.Dense(self.num_classes + 1, name="class_head", dtype=policy)
+        self.mask_head = [keras.layers.Dense(width, name=f"mask_head_{j}", dtype=policy) for j in range(MASK_MLP_LAYERS)]
+        self.upscale = [
+            (keras.layers.Conv2DTranspose(width, 2, strides=2, name=f"upscale_{j}_conv_transpose", dtype=policy),
+             keras.layers.DepthwiseConv2D(3, padding="same", use_bias=False, name=f"upscale_{j}_depthwise", dtype=policy),
+             keras.layers.LayerNormalization(epsilon=LAYER_NORM_2D_EPSILON, name=f"upscale_{j}_norm", dtype=policy))
+            for j in range(self.num_upscale_blocks)
+        ]
+        vector, grid = (None, None, width), (None, None, None, width)
+        for layer in (self.class_head, *self.mask_head):
+            layer.build(vector)
+        for layers in self.upscale:
+            for layer in layers:
+                layer.build(grid)
+
+    def _gelu(self, x):
+        return ops.gelu(x, approximate=self.approximate_gelu)
+
+    def call(self, tokens, patch_grid):
+        queries = tokens[:, : self.num_queries]
+        classes = self.class_head(queries)
+        for j, dense in enumerate(self.mask_head):
+            queries = dense(queries) if j == MASK_MLP_LAYERS - 1 else self._gelu(dense(queries))
+        shape = ops.shape(patch_grid)
+        patches = ops.reshape(tokens[:, self.num_queries + self.num_prefix_tokens:],
+                              (-1, shape[1], shape[2], ops.shape(tokens)[-1]))
+        for conv_transpose, depthwise, norm in self.upscale:
+            patches = norm(depthwise(self._gelu(conv_transpose(patches))))
+        return ops.einsum("bqc,bhwc->bqhw", queries, patches), classes
+
+    def compute_output_shape(self, tokens_shape, patch_grid_shape):
+        scale = 2**self.num_upscale_blocks
+        side = [None if s is None else s * scale for s in patch_grid_shape[1:3]]
+        return (tokens_shape[0], self.num_queries, *side), (tokens_shape[0], self.num_queries, self.num_classes + 1)
+
+    def get_config(self):
+        return {**super().get_config(), "num_queries": self.num_queries, "num_prefix_tokens": self.num_prefix_tokens,
+                "num_classes": self.num_classes, "num_upscale_blocks": self.num_upscale_blocks,
+                "approximate_gelu": self.approximate_gelu, "masked_attention": self.masked_attention}
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class EoMTAttentionMask(keras.layers.Layer):
+    """`layer(mask_logits, patch_grid)` -> the boolean `(batch, n, n)` pairs a block attends over
+    (`n = queries + prefix + h*w`): everything, except that query `q` sees patch `p` only where its
+    mask logits, resized to the `h x w` patch grid (bilinear, as torch), are positive."""
+
+    def __init__(self, num_queries, num_prefix_tokens, **kwargs):
+        super().__init__(**kwargs)
+        self.num_queries = int(num_queries)
+        self.num_prefix_tokens = int(num_prefix_tokens)
+
+    def call(self, mask_logits, patch_grid):
+        shape = ops.shape(patch_grid)
+        batch, patches = ops.shape(mask_logits)[0], shape[1] * shape[2]
+        seen = ops.reshape(resized(mask_logits, (shape[1], shape[2])) > 0, (batch, self.num_queries, patches))
+        leading = self.num_queries + self.num_prefix_tokens
+        tokens = leading + patches
+        queries = ops.concatenate([ops.ones((batch, self.num_queries, leading), "bool"), seen], axis=-1)
+        return ops.concatenate([queries, ops.ones((batch, tokens - self.num_queries, tokens), "bool")], axis=1)
+
+    def compute_output_shape(self, mask_logits_shape, patch_grid_shape):
+        rows, cols = patch_grid_shape[1:3]
+        tokens = None if rows is None or cols is None else self.num_queries + self.num_prefix_tokens + rows * cols
+        return (mask_logits_shape[0], tokens, tokens)
+
+    def get_config(self):
+        return {**super().get_config(), "num_queries": self.num_queries, "num_prefix_tokens": self.num_prefix_tokens}
+
+
+def _count(value, name, low=1):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"{name}={value!r}: expected a whole number >= {low}.")
+    return int(value)
+
+
+def _masked(masked_attention, num_blocks):
+    if isinstance(masked_attention, (bool, np.bool_)):
+        return (bool(masked_attention),) * num_blocks
+    if (not isinstance(masked_attention, (list, tuple)) or len(masked_attention) != num_blocks
+            or not all(isinstance(m, (bool, np.bool_)) for m in masked_attention)):
+        raise ValueError(f"masked_attention={masked_attention!r}: expected True, False or {num_blocks} of them "
+                         "(one per block that sees the queries).")
+    return tuple(bool(m) for m in masked_attention)
+
+
+def eomt_model(backbone, num_classes, num_queries=100, num_blocks=4, num_upscale_blocks=2, masked_attention=True,
+               name=None):
+    """The EoMT segmentation model on `backbone` (a keras_vit ViT with its final LayerNorm on the
+    tokens and a fixed or open input size; its layers and weights are shared, not copied).
+
+    Args:
+        backbone: e.g. `keras_vit.DINOv2L14(input_shape=(640, 640, 3), weights=...)`.
+        num_classes: classes of the class head (it predicts one more: "no object").
+        num_queries: learned queries, one mask and one class prediction each.
+        num_blocks: the last blocks that see the queries.
+        num_upscale_blocks: 2x upscaling blocks of the patch tokens (the masks are `2**num_upscale_blocks`
+            times the patch grid).
+        masked_attention: True: each of the last blocks attends through the masks predicted before it
+            (transformers' `attn_mask_probs` 1); False: none (0, a fully annealed model); or one bool per block.
+        name: the model's name (default: the backbone's + "_eomt").
+
+    Returns a model from images to `{"class_queries_logits": (batch, queries, num_classes + 1),
+    "masks_queries_logits": (batch, queries, h, w)}` (transformers' names);
+    `post_process_semantic_segmentation` turns them into class maps.
+    """
+    encoder = encoder_layer(backbone)
+    num_classes, num_queries = _count(num_classes, "num_classes"), _count(num_queries, "num_queries")
+    num_blocks = _count(num_blocks, "num_blocks")
+    num_upscale_blocks = _count(num_upscale_blocks, "num_upscale_blocks", low=0)
+    if num_blocks > encoder.depth:
+        raise ValueError(f"num_blocks={num_blocks}: the backbone has {encoder.depth} blocks; expected 1..{encoder.depth}.")
+    if is_naflex(backbone) or encoder.encoder_norm is None:
+        raise ValueError(f"{backbone.name}: EoMT needs a backbone with the final LayerNorm on its tokens and one patch "
+                         "grid per batch (not fc_norm, not NaFlex).")
+    prefix, start = prefix_tokens(backbone), encoder.depth - num_blocks
+    grid = embedding_layer(backbone).output
+    head = EoMTHead(num_queries, prefix, num_classes, num_upscale_blocks, encoder.approximate_gelu,
+                    _masked(masked_attention, num_blocks), name="eomt_head")
+    attention_mask = EoMTAttentionMask(num_queries, prefix, name="eomt_attention_mask")
+    (x, rope), mask = encoder_inputs(backbone), None
+    for i, block in enumerate(encoder.blocks):
+        if i == start:
+            queries = LearnedTokens(num_queries, name="eomt_queries")
+            x = queries(x)
+            queries.tokens.assign(keras.random.normal(queries.tokens.shape))  # N(0, 1) as nn.Embedding: distinct queries
+        if i >= start and head.masked_attention[i - start]:
+            mask = attention_mask(head(encoder.encoder_norm(x), grid)[0], grid)
+        x = block(x, **rope) if mask is None else block(x, valid=mask, **rope)
+    masks, classes = head(encoder.encoder_norm(x), grid)
+    model = VisionTransformerModel(backbone.input, dict(zip(OUTPUTS, (classes, masks))),
+                                   name=name or f"{backbone.name}_eomt")
+    model.preprocessing = getattr(backbone, "preprocessing", model.preprocessing)
+    return model
+
+
+def eomt_of_checkpoint(backbone, ckpt, head):
+    """The EoMT model of a checkpoint's `head` (`keras_vit.weights.formats.eomt.Head`) on `backbone`,
+    which holds the rest of `ckpt`'s weights; `keras_vit.from_checkpoint` builds it."""
+    model = eomt_model(backbone, **head.options)
+    shared = {v.path for v in backbone.weights}
+    assign(model, ckpt, head.tensors, new=shared, table=EOMT_TABLE)
+    return model
