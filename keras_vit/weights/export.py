@@ -53,7 +53,7 @@ def model_checkpoint(model):
         type(model.get_layer("posembed_input")).__name__ == "NaFlexPositionEmbedding",
         attention.rope_form if rope else None,
         getattr(model.get_layer("posembed_input"), "form", None) if not rope else None,
-        rope.indexing if rope else None, rope.reference_grid if rope else None, encoder.blocks[0].mlp.quick_gelu,
+        rope.indexing if rope else None, rope.reference_grid if rope else None, block.mlp.quick_gelu,
     )
 
 
