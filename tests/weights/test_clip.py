@@ -221,6 +221,16 @@ def test_hf_round_trip_is_identical_and_runs_in_transformers(tower, tmp_path):
     np.testing.assert_allclose(_features(exported, x), _features(reference, x), atol=1e-6, rtol=0)
 
 
+def test_hf_export_carries_the_clip_preprocessing_transformers_applies(tower, tmp_path):
+    folder, _, _, _ = tower
+    keras_vit.weights.export(keras_vit.from_checkpoint(folder), tmp_path / "hf", format="hf")
+    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "hf")
+    pixels = np.random.default_rng(4).integers(0, 256, (2, 40, 32, 3)).astype(np.uint8)  # short side 32, cropped
+    theirs = processor(list(pixels), return_tensors="np")["pixel_values"].transpose(0, 2, 3, 1)
+    ours = keras_vit.preprocess_input(pixels[:, 4:36].astype(np.float32), preprocessing="clip")
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
 def test_hf_tower_without_projection_is_written_as_clip_vision_model(tower, tmp_path):
     folder, reference, _, _ = tower
     model = keras_vit.from_checkpoint(folder, projection_dim=None)
