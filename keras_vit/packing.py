@@ -16,7 +16,7 @@ import numpy as np
 from keras_vit.heads import ends_with_softmax
 from keras_vit.layers.naflex import segment_membership
 
-PACKED_LAYERS = ("fc_norm", "pre_logits", "head", "predictions")  # after the pooling, where the model has them
+PACKED_LAYERS = ("fc_norm", "projection", "pre_logits", "head", "predictions")  # after the pooling, where the model has them
 
 
 def first_fit(counts, seq_len, max_images=None):
@@ -88,6 +88,8 @@ def packed_model(model, logits=False):
     tokens = model.get_layer("embedding")(inputs["patches"])
     tokens = model.get_layer("posembed_input")(tokens, inputs["spatial_shapes"], segment_ids=ids)
     tokens = model.get_layer("dropout")(tokens)
+    if "pre_norm" in names:
+        tokens = model.get_layer("pre_norm")(tokens)
     outputs = model.get_layer("encoder")(tokens, segment_ids=ids)
     pooling = "map_head" if "map_head" in names else "pooling" if "pooling" in names else None
     if pooling is not None:

@@ -13,7 +13,9 @@ def from_checkpoint(source, force_download=False, **builder_args):
     `VisionTransformer` arguments that override it or give what the file does not record:
     `num_heads` for timm files of a non-standard width, `approximate_gelu` (default: the
     format's own), `include_top`, `input_shape`, `classifier_activation`, ... Without a head
-    the model returns the MAP-pooled features if the file has a MAP head, else the tokens.
+    the model returns the MAP-pooled features if the file has a MAP head, a CLIP image tower's
+    projected class token (transformers' `get_image_features`, OpenCLIP's `encode_image`;
+    `projection_dim=None`: before the projection) for a CLIP checkpoint, else the tokens.
     `force_download`: fetch a named checkpoint's file again.
     """
     ckpt = weights_checkpoint(source, num_heads=builder_args.get("num_heads"), force_download=force_download)

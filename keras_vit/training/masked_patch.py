@@ -155,6 +155,8 @@ def build_pretraining_model(encoder, target="color", bits=3, name="masked_patch_
     tokens = encoder.get_layer("class_token")(tokens)
     tokens = encoder.get_layer("posembed_input")(tokens, patches)
     tokens = encoder.get_layer("dropout")(tokens)
+    if "pre_norm" in names:
+        tokens = encoder.get_layer("pre_norm")(tokens)
     tokens = encoder.get_layer("encoder")(tokens)
     if target == "color":
         outputs = 2 ** (3 * bits)

@@ -28,7 +28,8 @@ def _model(**head):
 
 
 @pytest.mark.parametrize("head", [dict(include_top=False, pooling="map"), dict(classes=5, pooling="avg"),
-                                  dict(classes=5, pooling="map", classifier_activation="softmax")])
+                                  dict(classes=5, pooling="map", classifier_activation="softmax"),
+                                  dict(include_top=False, pooling="avg", pre_norm=True, projection_dim=8)])
 def test_packed_batch_gives_each_image_its_unpacked_outputs(head):
     model, batch = _model(**head), _batch()
     for layer in model.layers:  # non-zero heads, so the comparison sees them

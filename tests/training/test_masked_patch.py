@@ -134,8 +134,9 @@ def test_loss_covers_corrupted_patches_only(target):
     np.testing.assert_allclose(model.test_on_batch(inputs, changed, sample_weight=weights), loss_value, rtol=1e-6)
 
 
-def test_pretraining_model_shares_the_encoder_weights():
-    encoder = VisionTransformer(**ARCH, include_top=False, input_shape=(8, 8, 3))
+@pytest.mark.parametrize("options", [{}, dict(pre_norm=True)], ids=["vit", "pre_norm"])
+def test_pretraining_model_shares_the_encoder_weights(options):
+    encoder = VisionTransformer(**ARCH, include_top=False, input_shape=(8, 8, 3), **options)
     model = mp.build_pretraining_model(encoder)
     encoder_ids = {id(v) for v in encoder.weights}
     extra = [v.path for v in model.weights if id(v) not in encoder_ids]

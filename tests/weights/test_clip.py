@@ -15,6 +15,7 @@ import keras_vit
 from keras_vit.weights import registry
 from keras_vit.weights.containers import read_safetensors, write_safetensors
 from tests.support.checkpoints import model_of_cached_entry, randomize_family_model
+from tests.support.commands import fails
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -220,6 +221,16 @@ def test_hf_round_trip_is_identical_and_runs_in_transformers(tower, tmp_path):
     np.testing.assert_allclose(_features(exported, x), _features(reference, x), atol=1e-6, rtol=0)
 
 
+def test_hf_export_carries_the_clip_preprocessing_transformers_applies(tower, tmp_path):
+    folder, _, _, _ = tower
+    keras_vit.weights.export(keras_vit.from_checkpoint(folder), tmp_path / "hf", format="hf")
+    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "hf")
+    pixels = np.random.default_rng(4).integers(0, 256, (2, 40, 32, 3)).astype(np.uint8)  # short side 32, cropped
+    theirs = processor(list(pixels), return_tensors="np")["pixel_values"].transpose(0, 2, 3, 1)
+    ours = keras_vit.preprocess_input(pixels[:, 4:36].astype(np.float32), preprocessing="clip")
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
 def test_hf_tower_without_projection_is_written_as_clip_vision_model(tower, tmp_path):
     folder, reference, _, _ = tower
     model = keras_vit.from_checkpoint(folder, projection_dim=None)
@@ -286,6 +297,23 @@ def test_bad_open_clip_files_are_refused_in_one_line(tower, tmp_path, edit, mess
     with pytest.raises(ValueError, match=r"^[^\n]*" + message) as error:
         keras_vit.from_checkpoint(path, num_heads=4)
     assert "\n" not in str(error.value)
+
+
+def test_command_line_converts_open_clip_and_refuses_a_bad_file_with_exit_2(tower, tmp_path, capsys):
+    _, reference, state, quick = tower
+    config = {"model_cfg": {"quick_gelu": quick, "vision_cfg": {"width": 32, "head_width": 8}}}
+    path = _write_open_clip(tmp_path / "good", state, "safetensors", config)
+    assert keras_vit.cli.main(["convert", path, str(tmp_path / "hf"), "--format", "hf"]) == 0
+    x = _images(32)
+    again = transformers.CLIPVisionModelWithProjection.from_pretrained(tmp_path / "hf").eval()
+    np.testing.assert_allclose(_features(again, x), _features(reference, x), atol=1e-6, rtol=0)
+    capsys.readouterr()  # transformers' progress bar
+    sd = open_clip_keys(state, VISION["num_hidden_layers"])
+    del sd["visual.transformer.resblocks.1.mlp.c_fc.weight"]
+    os.makedirs(tmp_path / "bad")
+    write_safetensors(str(tmp_path / "bad" / "open_clip_model.safetensors"), sd)
+    fails(["convert", tmp_path / "bad", tmp_path / "out.safetensors", "--num-heads", "4"], capsys,
+          "missing keys: 'transformer.resblocks.1.mlp.c_fc.weight'")
 
 
 def test_open_clip_pooling_it_does_not_read_is_refused(tower, tmp_path):

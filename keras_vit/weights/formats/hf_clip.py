@@ -17,11 +17,10 @@ import dataclasses
 
 from keras_vit.weights.canonical import PRE_NORM, PROJECTION, Metadata
 from keras_vit.weights.formats import hf_families, huggingface
-from keras_vit.weights.formats.base import CLIP_OPTIONS
+from keras_vit.weights.formats.base import CLIP_OPTIONS, Format
 from keras_vit.weights.formats.common import norm_rows, qkv_rows, torch_rows
 from keras_vit.weights.formats.hf_families import SIGLIP_LAYER, strip_prefixes
 from keras_vit.weights.formats.huggingface import common_config, hf_preprocessor_config, write_folder
-from keras_vit.weights.formats.base import Format
 from keras_vit.weights.table import Row, Table
 from keras_vit.weights.transforms import transpose
 
