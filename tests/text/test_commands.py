@@ -64,5 +64,15 @@ def test_bad_input_stops_in_one_line_and_writes_nothing(setup, tmp_path, capsys)
     fails(["embed", "--text", "cat", "  ", "--weights", folder, "--output", out], capsys, "non-empty string")
     fails(["embed", "--text", "cat", "--weights", folder, "--output", tmp_path / "out.txt"], capsys, ".npy")
     assert list(tmp_path.iterdir()) == []
+    import transformers
+
+    from tests.support.text import VISION
+
+    transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**VISION)).save_pretrained(tmp_path / "vision")
+    capsys.readouterr()
+    fails(["zero-shot", paths[0], "--weights", tmp_path / "vision", "--labels", "cat"], capsys,
+          "image tower alone use keras_vit.from_checkpoint")
+    fails(["embed", "--text", "cat", "--weights", tmp_path / "vision", "--output", out], capsys, "keras_vit.from_checkpoint")
+    assert not out.exists()
     with pytest.raises(SystemExit):  # argparse: --labels needs at least one
         main(["zero-shot", paths[0], "--weights", folder, "--labels"])

@@ -189,6 +189,10 @@ def test_image_processing_reads_the_preprocessor_config():
     assert image_processing.resized(clip, np.zeros((300, 400, 3), np.uint8)).shape == (224, 224, 3)
     with pytest.raises(ValueError, match="resample=0"):
         image_processing.from_preprocessor_config({"resample": 0})
+    vit = keras_vit.VisionTransformer(patch_size=8, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32,
+                                      input_shape=(24, 24, 3), include_top=False, pooling="avg", preprocessing="deit")
+    own = image_processing.from_model(vit)  # without preprocessor_config.json
+    assert (own.size, own.interpolation, own.mean) == ((24, 24), "bicubic", (0.485, 0.456, 0.406))
 
 
 def test_naflex_siglip2_matches_transformers(tmp_path):
