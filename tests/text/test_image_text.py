@@ -62,6 +62,17 @@ def test_siglip_features_and_probabilities_match_transformers(siglip):
     np.testing.assert_allclose(probabilities, expected, atol=TOLERANCE, rtol=0)
 
 
+def test_zero_shot_classifier_gives_zero_shots_probabilities(siglip, tmp_path):
+    _, model, _ = siglip
+    classifier = model.classifier(["cat", "dog", "car"], template="a photo of a {}")
+    expected = model.zero_shot(_images(), ["cat", "dog", "car"], template="a photo of a {}")
+    inputs = model.image_inputs(_images())
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(classifier(inputs)), expected, atol=1e-5, rtol=0)
+    classifier.save(tmp_path / "classifier.keras")
+    again = keras.saving.load_model(tmp_path / "classifier.keras")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(again(inputs)), expected, atol=1e-5, rtol=0)
+
+
 def test_the_text_clean_up_is_applied(siglip):
     _, model, _ = siglip
     ids = model.tokenizer(["a photo of a cat", "A Photo, of a CAT!!", "a photo of a dog"])
