@@ -19,10 +19,10 @@ from keras_vit.weights import commands as weights_commands
 # Each has `register(subparsers)`, which adds its sub-commands with a `func(args)`, in this order.
 COMMANDS = (model_commands, weights_commands, inspect_commands, training_commands, evaluation_commands,
             inference_commands, text_commands)
-# The commands that import TensorFlow: for tf.data ("always"), or through Keras when it is the
-# backend ("backend"); the others never import it.
-TENSORFLOW_USE = {"train": "always", "pretrain": "always", "evaluate": "always", "export": "always",
-                  "predict": "backend", "inspect": "backend", "zero-shot": "backend", "embed": "backend"}
+# The commands that never import Keras. Every other one may import TensorFlow where it is
+# installed, whatever the backend: for tf.data, and through Keras itself, whose saving code looks
+# for TensorFlow's types when a model is loaded or saved (`keras.src.saving.serialization_lib`).
+KERAS_FREE = ("list-models", "list-weights", "convert")
 # TensorFlow's start-up lines, written by its C++ libraries before absl logging is set up, which
 # TF_CPP_MIN_LOG_LEVEL does not reach (e.g. "oneDNN custom operations are on" on CPUs with AVX-512).
 STARTUP_NOISE = re.compile(r"WARNING: All log messages before absl::InitializeLog|I0000 |To enable the following instructions")
@@ -52,8 +52,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if not args.show_logs:  # before TensorFlow or jaxlib is imported; a value already set wins
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        use = TENSORFLOW_USE.get(args.command)
-        if use == "always" or (use == "backend" and os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow"):
+        if args.command not in KERAS_FREE:
             _import_tensorflow_quietly()
     try:
         code = args.func(args) or 0

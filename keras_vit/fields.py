@@ -47,6 +47,12 @@ def check_range(name, value, interval):
         raise ValueError(f"{name}={value!r} must be in {interval}.")
 
 
+def check_count(name, value, meaning):
+    """Raises a ValueError (one line) unless `value` is a whole number >= 1 (NumPy integers too); `meaning` says what it counts."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name}={value!r} must be a whole number >= 1 ({meaning}).")
+
+
 def numbers_tuple(name, length, meaning):
     """A `check` for a field of `length` finite numbers (`meaning`: what they are, for the message)."""
 

@@ -7,6 +7,8 @@ from importlib import resources
 
 import numpy as np
 
+from keras_vit.fields import check_count
+
 
 def preprocess_input(x, data_format=None, preprocessing=None):
     """Scales 0-255 RGB pixels as a model's weights expect: `(x / 255 - mean) / std` per channel
@@ -51,12 +53,20 @@ def imagenet21k_classes():
 LABELS = {1000: imagenet_classes, 21843: imagenet21k_classes}
 
 
+def check_top(top):
+    """Raises a ValueError unless `top` (classes listed per image) is a whole number >= 1."""
+    check_count("top", top, "classes listed per image; all of them at most")
+
+
 def decode_predictions(preds, top=5):
     """Top-`top` classes per example of ImageNet (1000 classes) or ImageNet-21k (21,843: the
     `imagenet21k` heads) predictions: a list of lists of `(wordnet_id, name, score)`."""
     from keras import ops
 
+    check_top(top)
     preds = np.asarray(ops.convert_to_numpy(preds))
+    if not (np.issubdtype(preds.dtype, np.number) or preds.dtype == bool):
+        raise ValueError(f"decode_predictions expects numbers (scores per class), got an array of {preds.dtype}.")
     if preds.ndim != 2 or preds.shape[1] not in LABELS:
         raise ValueError(
             f"decode_predictions expects a batch of ImageNet predictions of shape "

@@ -1,5 +1,6 @@
-"""Rewrites the generated parts of docs/: the table of training fields in docs/training.md
-(from `keras_vit.training.config.field_table`). `tests/test_docs.py` fails while they are stale."""
+"""Rewrites the generated parts of docs/: the tables of training fields and of what each recipe
+sets in docs/training.md (from `keras_vit.training.config.field_table` and
+`keras_vit.training.recipes.recipe_table`). `tests/test_docs.py` fails while they are stale."""
 
 import pathlib
 import re
@@ -9,14 +10,18 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from keras_vit.training.config import field_table  # noqa: E402
+from keras_vit.training.recipes import recipe_table  # noqa: E402
 
 PAGE = REPO / "docs" / "training.md"
-REGION = re.compile(r"(<!-- fields:start -->\n).*?(<!-- fields:end -->)", re.S)
+TABLES = {"fields": field_table, "recipes": recipe_table}  # <!-- NAME:start --> ... <!-- NAME:end --> regions
 
 
 def updated(text):
-    """`text` with its fields region holding the current table."""
-    return REGION.sub(lambda m: m.group(1) + field_table().rstrip() + "\n" + m.group(2), text)
+    """`text` with each generated region holding its current table."""
+    for name, table in TABLES.items():
+        region = re.compile(rf"(<!-- {name}:start -->\n).*?(<!-- {name}:end -->)", re.S)
+        text = region.sub(lambda m: m.group(1) + table().rstrip() + "\n" + m.group(2), text)
+    return text
 
 
 if __name__ == "__main__":

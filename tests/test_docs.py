@@ -77,6 +77,36 @@ def test_shell_lines_name_what_exists(line):
             assert f'"{option}"' in source, f"{script} has no option {option}"
 
 
+NAMED = re.compile(r"`(keras_vit(?:\.[A-Za-z_]\w*)+)")  # a `keras_vit.x.y` the prose or a block names
+
+
+def resolves(name):
+    """Whether the dotted `name` is a module of keras_vit or an attribute of one."""
+    import importlib
+
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for part in parts[cut:]:
+                found = getattr(found, part)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def test_every_name_the_docs_give_exists():
+    """`keras_vit.load_model` was named in docs/weights.md and never existed."""
+    named = {(page.name, name) for page in PAGES for name in NAMED.findall(page.read_text())}
+    assert len(named) > 40
+    assert not [(page, name) for page, name in sorted(named) if not resolves(name)]
+    assert not resolves("keras_vit.load_model")
+
+
 def test_the_field_table_is_current():
     sys.path.insert(0, str(REPO / "scripts"))
     from update_docs import PAGE, updated

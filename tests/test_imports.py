@@ -170,3 +170,30 @@ def test_benchmarks_do_not_import_tests():
     benchmarks = {name for name in graph if not name.startswith(("keras_vit", "tests"))}
     offenders = {(name, t) for name in benchmarks for t in graph[name] if t.startswith("tests")}
     assert benchmarks and not offenders, offenders
+
+
+def private_names_used_across_modules():
+    """`(file, line, name)` of every private name (`_x`) of a keras_vit module used by another:
+    imported by name, or read as an attribute of an imported keras_vit module."""
+    found = []
+    for path in sorted((REPO / "keras_vit").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_vit"):
+                modules.update(alias.asname or alias.name for alias in node.names)
+                found += [(path.name, node.lineno, alias.name) for alias in node.names if _private(alias.name)]
+            elif isinstance(node, ast.Import):
+                modules.update(a.asname or a.name for a in node.names if a.name.startswith("keras_vit"))
+        found += [(path.name, node.lineno, f"{node.value.id}.{node.attr}") for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id in modules and _private(node.attr)]
+    return found
+
+
+def _private(name):
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_private_name_is_used_outside_its_module():
+    assert not private_names_used_across_modules()

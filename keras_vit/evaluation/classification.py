@@ -6,6 +6,7 @@ import os
 import keras
 import numpy as np
 
+from keras_vit.fields import check_count
 from keras_vit.heads import ends_with_softmax
 from keras_vit.inspect.model_parts import is_naflex, position_layer
 from keras_vit.run_folder import load_model, metadata
@@ -78,6 +79,7 @@ def evaluate(model_path, data=None, *, split="validation", batch_size=128, **sou
     """
     from keras_vit.data import naflex, pipeline
 
+    check_count("batch_size", batch_size, "images evaluated at a time")
     model, _, eval_crop = load_model(model_path)
     source = recorded_source(model_path, data, **source_options)
     classes = model.output_shape[-1]

@@ -16,7 +16,8 @@ def _evaluate(args):
     results = evaluate(args.model, args.data, split=args.split, batch_size=args.batch_size, **options)
     skipped = f" ({results['skipped']} skipped: files the decoder could not read)" if results["skipped"] else ""
     print(f"{args.model} on {results['examples']} {args.split} examples{skipped}: top-1 {results['top1']:.4f}, "
-          f"top-5 {results['top5']:.4f}, loss {results['loss']:.4f}")
+          f"top-5 {results['top5']:.4f}, loss {results['loss']:.4f} (plain cross-entropy: a run's val_loss includes "
+          "its label smoothing)")
     return 0
 
 

@@ -17,6 +17,8 @@ import os
 import keras
 import numpy as np
 
+from keras_vit.fields import check_count
+
 
 SHOTS = (1, 5, 10, 25)
 SEEDS = 3
@@ -153,6 +155,7 @@ def evaluate(model, data, *, shots=SHOTS, seeds=SEEDS, l2=L2, layer=None, poolin
     from keras_vit.data.sources import Source, load_source
 
     check_shots(shots)
+    check_count("batch_size", batch_size, "images run at a time")
     source = data if isinstance(data, Source) else load_source(data, **source_options)
     size = image_size or image_size_of(model)
     arrays = source_features(representation_model(model, layer, pooling), source, size, batch_size, crop_fraction)

@@ -1,10 +1,12 @@
 """`keras-vit predict | export`: using a trained model."""
 
 import os
+import sys
 
 
 def _predict(args):
-    from keras_vit.inference.predict import check_top, load_model, predict
+    from keras_vit.imagenet import check_top
+    from keras_vit.inference.predict import load_model, predict
 
     check_top(args.top)
     from keras_vit.files import regular_file
@@ -26,31 +28,53 @@ def _predict(args):
 ADAPTER_LAYOUTS = {"peft": "a PEFT adapter", "kerashub": "a KerasHub LoRA file", "npz": "a keras_vit LoRA file"}
 
 
+def _peft_base_warning(adapter):
+    """Why transformers has no model for the base of the run that wrote `adapter` (its `config.json`
+    beside it), or None: PEFT applies an adapter to transformers' `ViTForImageClassification`, whose
+    head reads the class token."""
+    from keras_vit.run_folder import metadata
+
+    config = metadata(adapter).get("config", {})
+    pooling, class_token = config.get("pooling", "token"), config.get("class_token", True)
+    if pooling == "token" and class_token is not False:
+        return None
+    return (f"warning: the run's base model pools by {pooling!r}{'' if class_token is not False else ' without a class token'}; "
+            "transformers' ViTForImageClassification reads the class token, so PEFT on it gives other logits than "
+            "this run (keras-vit convert refuses the base for that reason; --include-top false writes its encoder).")
+
+
 def _export(args):
     if args.format in ADAPTER_LAYOUTS:
         from keras_vit.lora.adapter import convert
 
+        warning = _peft_base_warning(args.model) if args.format == "peft" else None
         loading = convert(args.model, args.output, args.format, overwrite=args.overwrite)
+        if warning:
+            print(warning, file=sys.stderr)
         print(f"Wrote the LoRA adapter {args.model} as {ADAPTER_LAYOUTS[args.format]} to {args.output}"
               + (f"; KerasHub loads it with {loading}" if loading else "") + ".")
         return
-    from keras_vit.inference.serving import FORMATS, SPECS, check_output, check_quantize, check_requirements, export
+    from keras_vit.inference.serving import (FORMATS, check_output, check_quantize, check_requirements, export,
+                                             output_path)
+    from keras_vit.inference.serving_card import card_path
 
     formats = FORMATS if args.format == "all" else tuple(dict.fromkeys(args.format.split(",")))
     unknown = [fmt for fmt in formats if fmt not in FORMATS]
     if unknown:
         raise ValueError(f"--format {args.format}: unknown {', '.join(unknown)}; expected a comma-separated list "
                          f"of {', '.join(FORMATS)}, or all.")
-    outputs = {fmt: args.output + (SPECS[fmt].suffix if len(formats) > 1 else "") for fmt in formats}
+    outputs = {fmt: output_path(fmt, args.output, several=len(formats) > 1) for fmt in formats}
     for fmt, output in outputs.items():  # refuse before writing any
         check_requirements(fmt, not args.no_verify)
         check_quantize(fmt, args.quantize)
         check_output(fmt, output, args.model, args.overwrite)
     for fmt, output in outputs.items():
+        print(f"Exporting as {fmt} to {output} (written, then run in its runtime and compared)...", flush=True)
         error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol,
                        overwrite=args.overwrite, quantize=args.quantize)
         checked = "" if error is None else f"; outputs match the {args.quantize or 'Keras'} model within {error:.2e}"
-        print(f"Exported {args.model}{f' quantized to {args.quantize}' if args.quantize else ''} as {fmt} to {output}{checked}.")
+        print(f"Exported {args.model}{f' quantized to {args.quantize}' if args.quantize else ''} as {fmt} to {output}{checked}; "
+              f"how to call it: {card_path(output)}.")
 
 
 def register(subparsers):

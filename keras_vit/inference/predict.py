@@ -5,7 +5,7 @@ import keras
 import numpy as np
 
 from keras_vit import images
-from keras_vit.imagenet import preprocess_input
+from keras_vit.imagenet import check_top, preprocess_input
 from keras_vit.preprocessing import preprocessing as preprocessing_of
 from keras_vit.run_folder import load_model
 from keras_vit.evaluation.classification import naflex_budget, square_size
@@ -42,12 +42,6 @@ def load_images(paths, image_size, crop_fraction=1.0, preprocessing=None):
     interpolation = preprocessing_of(preprocessing).interpolation
     pixels = np.stack([_crop(path, image_size, crop_fraction, interpolation) for path in paths])
     return preprocess_input(pixels, preprocessing=preprocessing)
-
-
-def check_top(top):
-    """Raises a ValueError unless `top` (classes listed per image) is a whole number >= 1."""
-    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
-        raise ValueError(f"top={top!r} must be a whole number >= 1 (classes listed per image; all of them at most).")
 
 
 # Images decoded and run together by `predict`: memory stays that of one batch.

@@ -45,9 +45,10 @@ import keras
 import numpy as np
 
 import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
-from keras_vit.files import atomic_path, check_target
+from keras_vit.files import atomic_path, check_target, write_json
+from keras_vit.inference.serving_card import card, card_path, is_card
 from keras_vit.inspect.model_parts import is_naflex
-from keras_vit.run_folder import load_keras_file
+from keras_vit.run_folder import load_keras_file, metadata
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Format:
     runtime: tuple = ()  # the packages that run it (`verify`)
     entries: frozenset = frozenset()  # a folder format: the names it may hold (REQUIRED_ENTRY among them)
     quantize: tuple = ("int8", "float8", "int4")  # the `model.quantize` modes whose export writes and runs
+    suffix_needed: bool = False  # the runtime wants the ending even for one format (torch.export.load warns without)
 
 
 # What marks an export as keras_vit's: a file in a folder format and in a PyTorch program's
@@ -79,7 +81,7 @@ SPECS = {
     # quantized model (ai-edge-litert 2.3.0, openvino 2026.4.1)
     "openvino": Format(".openvino", ("tensorflow",), ("tensorflow", "openvino"), ("openvino",),
                        entries=frozenset({"model.xml", "model.bin", MARK_FILE}), quantize=("int4",)),
-    "torch": Format(".pt2", ("torch",), ("torch",)),
+    "torch": Format(".pt2", ("torch",), ("torch",), suffix_needed=True),
 }
 FORMATS = tuple(SPECS)
 NAFLEX_INPUTS = ("patches", "spatial_shapes", "mask")  # a NaFlex model's inputs, in the order ONNX takes them
@@ -330,12 +332,21 @@ def is_export(fmt, path):
     return any(p.key == MARK and p.value == MARK_VALUE for p in proto.metadata_props)
 
 
+def output_path(fmt, output, several=False):
+    """Where `fmt` is written for the output path `output`: with its ending when `several` formats
+    share the path, or when the format needs it and `output` lacks it (`vit` -> `vit.pt2`)."""
+    suffix = SPECS[fmt].suffix
+    needed = several or (SPECS[fmt].suffix_needed and not output.endswith(suffix))
+    return output + suffix if needed else output
+
+
 def check_output(fmt, output, model_path=None, overwrite=False):
     """Raises OSError unless `output` may receive a `fmt` export (see `files.check_target`);
     never the model file being exported, nor a folder holding it."""
     inputs = (model_path,) if model_path else ()
     folder = bool(SPECS[fmt].entries)
     check_target(output, overwrite=overwrite, folder=folder, replaceable=is_export(fmt, output), inputs=inputs)
+    check_target(card_path(output), overwrite=overwrite, replaceable=is_card(card_path(output)), inputs=inputs)
 
 
 def _installed(name):
@@ -379,18 +390,30 @@ def check_quantize(fmt, quantize):
                      f"exports as {others}.")
 
 
+def _recorded(model, model_path):
+    """`(evaluation crop, class names)` of the run that saved `model_path`, else the model's preprocessing crop."""
+    from keras_vit.preprocessing import preprocessing
+
+    classes = metadata(model_path).get("classes", {}) if model_path else {}
+    return classes.get("eval_crop", preprocessing(model).crop_fraction), classes.get("class_names")
+
+
 def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=False, quantize=None):
-    """Writes `model` (a `keras.Model` or a `.keras` path) as `fmt` to `output`; returns the
-    largest absolute difference found by `verify` (None when not verified). What is at
-    `output` is replaced only by a complete, verified export, and only if it is an earlier
-    export of `fmt` or `overwrite` is set. `quantize` ("int8", "float8", "int4") exports a
-    quantized copy (see `keras_vit.inference.quantization`), verified against that copy."""
+    """Writes `model` (a `keras.Model` or a `.keras` path) as `fmt` to `output`, and beside it
+    `output.serving.json` (`serving_card`: the input's name, layout and preprocessing, how to
+    call the runtime); returns the largest absolute difference found by `verify` (None when not
+    verified). What is at `output` is replaced only by a complete, verified export, and only if
+    it is an earlier export of `fmt` or `overwrite` is set. `quantize` ("int8", "float8",
+    "int4") exports a quantized copy (see `keras_vit.inference.quantization`), verified against
+    that copy."""
     model_path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
     check_requirements(fmt, verify_outputs)
     check_quantize(fmt, quantize)
     check_output(fmt, output, model_path, overwrite)
     if model_path is not None:
         model = load_keras_file(model_path)
+    crop, names = _recorded(model, model_path)
+    record = card(model, fmt, output, crop_fraction=crop, class_names=names, naflex=is_naflex(model))
     if quantize is not None:
         from keras_vit.inference.quantization import quantized_copy
 
@@ -409,6 +432,7 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
                 error = verify(model, fmt, tmp, atol=atol)
             except ExportMismatch as mismatch:
                 raise ExportMismatch(f"{mismatch} Nothing was written to {output}.") from None
+    write_json(card_path(output), record)
     return error
 
 

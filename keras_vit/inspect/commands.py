@@ -43,8 +43,13 @@ def load_images(paths, size):
 def inspect_command(args):
     from keras_vit import inspect
     from keras_vit.imagenet import preprocess_input
+    from keras_vit.inspect.model_parts import is_naflex
 
     model = _build(args.model, args.weights, args.image_size)
+    if is_naflex(model):
+        raise ValueError(f"{args.model} is a NaFlex model (patches of each image at its own aspect ratio), which the "
+                         "panels of inspect do not take; keras_vit.features(model, keras_vit.naflex_inputs(...)) gives "
+                         "its tokens.")
     if args.weights is None and not args.model.endswith(".keras"):
         print("keras-vit inspect: no --weights given; the pictures show a randomly initialised model.")
     size = _model_size(model, args.image_size)
@@ -59,14 +64,17 @@ def inspect_command(args):
     save(inspect.plot_attention_rollout(pixels, maps), "attention_rollout.png")
     distances = inspect.mean_attention_distance(model, images)
     save(inspect.plot_mean_attention_distance(distances, image_size=max(size)), "mean_attention_distance.png")
-    save(inspect.plot_position_embedding_similarity(inspect.position_embedding_similarity(model)),
-         "position_embedding_similarity.png")
-    try:
-        components = inspect.patch_embedding_components(model, k=min(28, _rank(model)))
-    except ValueError as error:
-        print(f"keras-vit inspect: skipping the embedding filters: {error}")
-    else:
-        save(inspect.plot_patch_embedding_components(components), "embedding_filters.png")
+    panels = (
+        ("the position-embedding similarity", "position_embedding_similarity.png",
+         lambda: inspect.plot_position_embedding_similarity(inspect.position_embedding_similarity(model))),
+        ("the embedding filters", "embedding_filters.png",
+         lambda: inspect.plot_patch_embedding_components(inspect.patch_embedding_components(model, k=min(28, _rank(model))))),
+    )
+    for what, name, figure in panels:  # those a model may not have
+        try:
+            save(figure(), name)
+        except ValueError as error:
+            print(f"keras-vit inspect: skipping {what}: {error}")
     for path in written:
         print(path)
 

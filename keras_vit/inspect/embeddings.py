@@ -9,8 +9,12 @@ from keras_vit.inspect.model_parts import embedding_layer, position_layer
 def position_embedding_similarity(model):
     """Cosine similarity of every patch's position embedding with every other's:
     `(rows, cols, rows, cols)`; `[i, j]` is the map of patch `(i, j)` against the grid.
-    The class token's embedding is left out."""
+    The class token's embedding is left out. A model with rotary position embeddings alone
+    (no table: DINOv3, RoPE-ViT) is refused (ValueError)."""
     layer = position_layer(model)
+    if not hasattr(layer, "embeddings"):
+        raise ValueError(f"{model.name} has no position table (its positions are rotary embeddings of the queries "
+                         "and keys): no position-embedding similarity to show.")
     table = ops.convert_to_numpy(layer.embeddings).astype(np.float64)[0, layer.num_prefix_tokens :]
     rows, cols = layer.grid_size
     unit = table / np.maximum(np.linalg.norm(table, axis=-1, keepdims=True), 1e-12)

@@ -37,7 +37,8 @@ def plot_patch_embedding_components(components, columns=7, title=None):
     k = len(components)
     rows = -(-k // columns)
     figure = _figure(1.0 * columns, 1.0 * rows + 0.5)
-    figure.suptitle(title or f"RGB embedding filters\n(first {k} principal components)", fontsize=10)
+    figure.suptitle(title or f"RGB embedding filters\n(first {k} principal components, each scaled to its own range)",
+                    fontsize=10)
     for i in range(rows * columns):
         ax = figure.add_subplot(rows, columns, i + 1)
         ax.set_axis_off()
@@ -95,25 +96,35 @@ def plot_mean_attention_distance(distances, image_size=None, title=None):
 
 
 def plot_attention_rollout(images, maps, title="Attention rollout"):
-    """Fig. 6: each input image next to the image weighted by its attention map.
-    `images`: `(batch, H, W, 3)` in any range (min-max scaled for display); `maps`:
-    `(batch, H, W)` in [0, 1], e.g. from `attention_rollout`."""
+    """Fig. 6: each input image, the image weighted by its attention map (the paper's panel), and
+    the map itself as a heat map over the image with a colour bar of its range (a nearly flat
+    map, common in small models, looks like the input in the paper's panel; here it shows).
+    `images`: `(batch, H, W, 3)` in any range (min-max scaled for display); `maps`: `(batch, H,
+    W)` in [0, 1], e.g. from `attention_rollout`."""
     images, maps = np.asarray(images, np.float64), np.asarray(maps, np.float64)
     if images.ndim != 4 or maps.shape != images.shape[:3]:
         raise ValueError(
             f"images (batch, H, W, 3) and maps (batch, H, W) must match, got {images.shape} and {maps.shape}."
         )
     n = len(images)
-    figure = _figure(5.0, 2.6 * n)
+    figure = _figure(8.2, 2.6 * n)
     figure.suptitle(title)
     for i in range(n):
         shown = _unit_range(images[i])
-        for j, (picture, label) in enumerate(((shown, "Input"), (shown * maps[i][..., None], "Attention"))):
-            ax = figure.add_subplot(n, 2, 2 * i + j + 1)
-            ax.imshow(picture, interpolation="bilinear")
+        low, high = maps[i].min(), maps[i].max()
+        panels = ((shown, "Input"), (shown * maps[i][..., None], "Input x attention"),
+                  (None, f"Attention {low:.2f}-{high:.2f}"))
+        for j, (picture, label) in enumerate(panels):
+            ax = figure.add_subplot(n, 3, 3 * i + j + 1)
             ax.set_axis_off()
-            if i == 0:
-                ax.set_title(label)
+            ax.set_title(label, fontsize=9)
+            if picture is not None:
+                ax.imshow(picture, interpolation="bilinear")
+                continue
+            ax.imshow(shown.mean(axis=-1), cmap="gray", interpolation="bilinear")
+            heat = ax.imshow(maps[i], cmap="inferno", alpha=0.6, interpolation="bilinear",
+                             vmin=low, vmax=high if high > low else low + 1e-6)
+            figure.colorbar(heat, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
     return figure
 
 

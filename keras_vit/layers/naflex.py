@@ -8,7 +8,7 @@ import keras
 from keras import ops
 
 from keras_vit.interpolation import INTERPOLATIONS
-from keras_vit.layers.position_embedding import _kernel
+from keras_vit.layers.position_embedding import resize_kernel
 from keras_vit.layers.residual import Float32Stream
 
 # transformers' `Siglip2VisionEmbeddings.resize_positional_embeddings`:
@@ -58,7 +58,7 @@ def per_image_weights(grid, sizes, index, interpolation=NAFLEX_INTERPOLATION):
     width = ops.maximum(scale, 1.0) if spec.antialias else ops.ones_like(scale)
     centre = ops.expand_dims((index + 0.5) * scale, -1)
     source = ops.arange(grid, dtype="float32") + 0.5
-    weights = _kernel(ops.abs(source - centre) / ops.expand_dims(width, -1), spec)
+    weights = resize_kernel(ops.abs(source - centre) / ops.expand_dims(width, -1), spec)
     return weights / ops.sum(weights, axis=-1, keepdims=True)
 
 

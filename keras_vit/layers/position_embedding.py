@@ -16,7 +16,8 @@ def _keys(x, a):
     return ops.where(x <= 1, near, ops.where(x < 2, far, 0.0))
 
 
-def _kernel(x, spec):
+def resize_kernel(x, spec):
+    """The interpolation weight of distance `x` (in source pixels) under `spec`: cubic (Keys) or linear."""
     return _keys(x, spec.cubic_a) if spec.kernel == "cubic" else ops.maximum(1.0 - x, 0.0)
 
 
@@ -47,9 +48,9 @@ def resize_matrix(n_in, n_out, name):
     centre = ops.expand_dims((index + 0.5) * scale, -1)  # in input samples, half-pixel
     if spec.clamp:  # the two taps past each border, then folded onto the border sample
         taps = np.arange(-2, n_in + 2)
-        weights = _kernel(ops.abs(ops.convert_to_tensor(taps + 0.5, "float32") - centre), spec)
+        weights = resize_kernel(ops.abs(ops.convert_to_tensor(taps + 0.5, "float32") - centre), spec)
         return ops.matmul(weights, ops.convert_to_tensor(np.eye(n_in, dtype=np.float32)[np.clip(taps, 0, n_in - 1)]))
-    weights = _kernel(ops.abs(ops.arange(n_in, dtype="float32") + 0.5 - centre) / width, spec)
+    weights = resize_kernel(ops.abs(ops.arange(n_in, dtype="float32") + 0.5 - centre) / width, spec)
     return weights / ops.sum(weights, axis=-1, keepdims=True)
 
 

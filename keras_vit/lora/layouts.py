@@ -26,7 +26,7 @@ import re
 import numpy as np
 
 from keras_vit.files import parse_json
-from keras_vit.weights.formats.huggingface import _V5_MODULES
+from keras_vit.weights.formats.huggingface import V5_MODULES
 
 BLOCK = "encoder/encoderblock_{i}/"
 # keras_vit's LoRA layers in a block (lora.TARGETS) and transformers-5 ViT's modules.
@@ -119,7 +119,7 @@ def _peft_module(name):
     """`(block, transformers-5 module)` of a PEFT module name (transformers 4 or 5, with or
     without `vit.`), or None."""
     name = name[len("vit."):] if name.startswith("vit.") else name
-    for old, new in _V5_MODULES:
+    for old, new in V5_MODULES:
         name = re.sub(rf"^encoder\.layer\.(\d+)\.{re.escape(old)}$", rf"layers.\1.{new}", name)
     match = re.fullmatch(r"layers\.(\d+)\.(.+)", name)
     return (int(match.group(1)), match.group(2)) if match else None

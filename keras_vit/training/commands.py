@@ -34,13 +34,21 @@ def _train(args):
     epoch = f" (epoch {result.best_epoch})" if result.best_epoch else ""
     print(
         f"\nValidation top-1 {result.top1:.4f}, top-5 {result.top5:.4f}, loss {result.val_loss:.4f} "
-        f"of the best model{epoch}; {result.steps} steps in {result.seconds:.0f} s "
+        f"of the best model{epoch}; {_steps_run(result)} in {result.seconds:.0f} s "
         f"({result.precision}, strategy {result.strategy})."
     )
     run_dir = os.path.abspath(result.run_dir)
     print(f"Saved the best model to {os.path.abspath(result.best_path)} (last epoch: {os.path.abspath(result.final_path)}).")
-    print(f"Logs: {run_folder.path(run_dir, run_folder.LOG)}, TensorBoard: {run_folder.path(run_dir, run_folder.TENSORBOARD)}")
+    board = run_folder.path(run_dir, run_folder.TENSORBOARD)
+    print(f"Logs: {run_folder.path(run_dir, run_folder.LOG)}" + (f", TensorBoard: {board}" if os.path.isdir(board) else ""))
     return 0
+
+
+def _steps_run(result):
+    """How many steps this process ran: all of them, or those after the step it resumed at."""
+    if not result.resumed_from:
+        return f"{result.steps} steps"
+    return f"{result.steps - result.resumed_from} steps (resumed at step {result.resumed_from} of {result.steps})"
 
 
 def _pretrain(args):
@@ -57,7 +65,7 @@ def _pretrain(args):
         return 0
     print(
         f"\nMasked patch prediction: validation loss {result.val_loss:.4f}, accuracy on corrupted "
-        f"patches {result.val_accuracy:.4f}; {result.steps} steps in {result.seconds:.0f} s."
+        f"patches {result.val_accuracy:.4f}; {_steps_run(result)} in {result.seconds:.0f} s."
     )
     print(f"Saved the encoder to {os.path.abspath(result.encoder_path)}: fine-tune it with "
           f"keras-vit train --weights {os.path.abspath(result.encoder_path)} (same architecture).")

@@ -113,8 +113,8 @@ class _TrainFields:
         interval="(0, 1]")
     randaugment_ops: int = option(0, "RandAugment operations per image (0: off)", group=DATA, interval="[0, inf)")
     randaugment_factor: float = option(0.5, "RandAugment strength in [0, 1]", group=DATA, interval="[0, 1]")
-    mixup: float = option(0.0, "MixUp alpha (0: off)", group=DATA, interval="[0, inf)")
-    cutmix: float = option(0.0, "CutMix alpha (0: off)", group=DATA, interval="[0, inf)")
+    mixup: float = option(0.0, "MixUp alpha (0: off; DeiT 0.8)", group=DATA, interval="[0, 100]")
+    cutmix: float = option(0.0, "CutMix alpha (0: off; DeiT 1.0)", group=DATA, interval="[0, 100]")
     shuffle_buffer: int = option(10_000, "shuffle buffer (examples)", group=DATA, interval="[1, inf)")
     deterministic: bool = option(False, "reproducible input order, augmentation and ops (slower)", group=DATA)
     seed: int = option(0, "random seed", group=DATA, interval="[0, inf)")
@@ -167,7 +167,7 @@ class _TrainFields:
         1, "micro-batches accumulated per optimizer step", group=OPTIMISATION, interval=f"[1, {MAX_BATCH}]")
     epochs: int = option(10, "epochs (ignored when steps is set)", group=OPTIMISATION, interval=f"[1, {MAX_STEPS}]")
     steps: Optional[int] = option(
-        None, "total optimizer steps (overrides epochs)", group=OPTIMISATION, interval=f"[1, {MAX_STEPS}]")
+        None, "total optimizer steps, exactly (overrides epochs; the last epoch runs what is left)", group=OPTIMISATION, interval=f"[1, {MAX_STEPS}]")
     optimizer: str = option(
         "sgd", "sgd, adam, adamw or muon (Keras' Muon for the hidden kernels, its AdamW step for embeddings, head, "
         "norms and biases)", group=OPTIMISATION, choices=OPTIMIZERS)

@@ -34,9 +34,11 @@ from keras_vit.training.parallel import distribution, hosts, run_agreement
 from keras_vit.training.recipes import TrainConfig, check_recipe_command, recipe
 from keras_vit.variants import ARCHITECTURE_KEYS
 
-# Settings a resumed run must share with the run that wrote the checkpoint (and a task's own).
+# Settings a resumed run must share with the run that wrote the checkpoint (and a task's own); the
+# run's length among them (`steps`, or `epochs` without it), which the learning-rate schedule spans.
 FINGERPRINT = (
     "data", *ARCHITECTURE_KEYS, "image_size", "batch_size", "accumulation_steps", "seed", "optimizer", "ema_decay",
+    "steps",
 )
 
 
@@ -162,6 +164,9 @@ def run(task, config=None, *, data=None, callbacks=(), resume=True, overwrite_ou
     what `task.finish` makes of it. `data`, `callbacks`, `resume` and `overwrite_output_dir`
     as for `train`."""
     config = resolve_config(task, config, overrides)
+    if config.output_dir is None and data is not None and not isinstance(data, (str, os.PathLike)):
+        # arrays given in Python: not the recipe's data, so not the run folder `keras-vit train` resumes
+        config = config.replace(output_dir=os.path.join("runs", f"{config.recipe}-arrays"))
     check_monitor(task, config)
     run_folder.check_owned(config.run_dir, overwrite_output_dir)
     started = time.time()
@@ -184,18 +189,20 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     if config.naflex_seq_lens and (task.command != "train" or plan.part[0] > 1 or plan.pad_multiple > 1):
         raise ValueError("naflex_seq_lens trains a NaFlex classifier (keras-vit train) in one process on one "
                          "device, without data parallelism; unset naflex_seq_lens or use strategy=none.")
-    source, batch, steps_per_epoch, epochs = load_and_plan(config, plan, data)
+    source, batch, steps_per_epoch, _, total = load_and_plan(config, plan, data)
     augmentation = make_augmentation(config)
     setup = task.setup(config, source, augmentation)
     lora.apply_config(config, setup.model)  # LoRA or the linear probe: what stays trainable
     train_model = setup.train_model
     train_model.compile(
-        optimizer=make_optimizer(config, steps_per_epoch * epochs, setup.model), jit_compile=config.jit_compile,
+        optimizer=make_optimizer(config, total, setup.model), jit_compile=config.jit_compile,
         **setup.compile,
     )
     train_model.optimizer.build(train_model.trainable_variables)
     fingerprint = {key: getattr(config, key) for key in (*FINGERPRINT, *task.resume_fields)}
     fingerprint["data"] = source.name
+    if config.steps is None:
+        fingerprint["epochs"] = config.epochs
     if augmentation.mixes_labels:  # each process draws the MixUp / CutMix of its part of a batch
         fingerprint["mixup_cutmix_processes"] = plan.part[0]
     state = checkpointing.RunState(
@@ -239,10 +246,10 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     callbacks = fewshot_callback.config_callbacks(config, source, setup.model, config.run_dir if plan.is_chief else None)
     callbacks += make_callbacks(config, plan, state, extra_callbacks)
     if start and plan.is_chief:
-        print(f"Resuming {config.run_dir} at step {start}/{steps_per_epoch * epochs} "
+        print(f"Resuming {config.run_dir} at step {start}/{total} "
               f"(epoch {start // steps_per_epoch + 1}).")
     with hosts.watching(config.run_dir, plan, config.host_timeout, state) as watch:
-        history = fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, [*callbacks, watch],
+        history = fit(train_model, train_stream, val_ds, state, steps_per_epoch, total, [*callbacks, watch],
                       fit_verbosity(config.verbose) if plan.is_chief else 0)
     ema.use_average(train_model)  # the weights saved and returned from here on: the average, if kept
     if config.lora_rank and plan.is_chief:
@@ -293,20 +300,21 @@ def torch_cpu_threads():
 
 
 def schedule_steps(config, examples):
-    """`(steps_per_epoch, epochs)` in fit steps (micro-batches), whole optimizer steps each."""
+    """`(steps_per_epoch, epochs, total)` in fit steps (micro-batches), whole optimizer steps each:
+    `epochs` passes over the data, or `steps` optimizer steps exactly (`total`), in epochs of about
+    the data's size, the last one shorter where they do not divide."""
     acc = config.accumulation_steps
     per_epoch = max(acc, (examples // config.micro_batch_size) // acc * acc)
     if config.steps is None:
-        return per_epoch, config.epochs
-    micro_total = config.steps * acc
-    epochs = max(1, round(micro_total / per_epoch))
-    per_epoch = math.ceil(micro_total / epochs / acc) * acc
-    return per_epoch, epochs
+        return per_epoch, config.epochs, per_epoch * config.epochs
+    total = config.steps * acc
+    per_epoch = math.ceil(total / max(1, round(total / per_epoch)) / acc) * acc
+    return per_epoch, math.ceil(total / per_epoch), total
 
 
 def load_and_plan(config, plan, data):
-    """`(source, per-process batch, steps per epoch, epochs)` of a run: the data source of
-    the recipe (or `data`) and the steps every process takes."""
+    """`(source, per-process batch, steps per epoch, epochs, total steps)` of a run: the data
+    source of the recipe (or `data`) and the steps every process takes."""
     source = load_source(
         config.data if data is None else data,
         data_dir=config.data_dir,
@@ -419,15 +427,17 @@ def fit_verbosity(verbose):
     return 1 if sys.stdout.isatty() or "ipykernel" in sys.modules else 2
 
 
-def fit(train_model, train_stream, val_ds, state, steps_per_epoch, epochs, callbacks, verbose):
-    """`fit` from `state.step` to the end; a run resumed mid-epoch first finishes that epoch."""
-    history, done, total = {}, state.step, steps_per_epoch * epochs
+def fit(train_model, train_stream, val_ds, state, steps_per_epoch, total, callbacks, verbose):
+    """`fit` from `state.step` to step `total`: the whole epochs in one call; a run resumed
+    mid-epoch first finishes that epoch, and a last epoch shorter than the others runs alone."""
+    history, done = {}, state.step
     while done < total:
         epoch, within = divmod(done, steps_per_epoch)
+        left = min(steps_per_epoch, total - epoch * steps_per_epoch) - within  # of this epoch
+        whole = not within and left == steps_per_epoch
         fitted = train_model.fit(
-            train_stream(done), epochs=epoch + 1 if within else epochs, initial_epoch=epoch,
-            steps_per_epoch=steps_per_epoch - within, validation_data=val_ds, callbacks=callbacks,
-            verbose=verbose, shuffle=False,
+            train_stream(done), epochs=total // steps_per_epoch if whole else epoch + 1, initial_epoch=epoch,
+            steps_per_epoch=left, validation_data=val_ds, callbacks=callbacks, verbose=verbose, shuffle=False,
         )
         for key, values in fitted.history.items():
             history.setdefault(key, []).extend(float(v) for v in values)

@@ -157,3 +157,17 @@ def check_recipe_command(name, command):
             f"Recipe {name!r} is a {kind} recipe: run it with keras_vit.training.{right}() "
             f"(keras-vit {right}), not {command}()."
         )
+
+
+def recipe_table():
+    """The Markdown table of what each recipe sets (a blank cell: the field's default), for the documentation."""
+    import dataclasses
+
+    names = list(RECIPES)
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    rows = [name for name in defaults if any(name in RECIPES[r] for r in names)]
+    lines = [f"| field (default) | {' | '.join(f'`{r}`' for r in names)} |", "|---" * (len(names) + 1) + "|"]
+    for field in rows:
+        cells = [f"`{RECIPES[r][field]}`" if field in RECIPES[r] else "" for r in names]
+        lines.append(f"| `{field}` (`{defaults[field]}`) | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"

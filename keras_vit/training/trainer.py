@@ -137,7 +137,8 @@ def train(config=None, *, model=None, data=None, callbacks=(), resume=True, over
         model: optionally a ready `keras.Model` (images in, class probabilities or logits out)
             instead of the one the config describes.
         data: optionally data instead of `config.data`: NumPy `(x, y)` or
-            `((x_train, y_train), (x_val, y_val))`, a folder, a tfds name or "digits".
+            `((x_train, y_train), (x_val, y_val))` (run folder by default `runs/RECIPE-arrays`,
+            not the command line's `runs/RECIPE`), a folder, a tfds name or "digits".
         callbacks: more Keras callbacks.
         resume: continue from the checkpoint in the run directory if there is one (False:
             start anew, removing what an earlier run wrote there).

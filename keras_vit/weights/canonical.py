@@ -274,6 +274,11 @@ class Checkpoint:
     def stem(self):
         return stems.stem_of_keys(self.tensors)
 
+    def without_head(self):
+        """A copy without the classification head (`head`, DeiT's `head_dist`, `pre_logits`): the encoder alone."""
+        dropped = {*HEAD, *HEAD_DIST, *PRE_LOGITS}
+        return dataclasses.replace(self, tensors={k: v for k, v in self.tensors.items() if k not in dropped})
+
     def require_class_token_head(self, format_name):
         """Raises ValueError if the head reads other tokens than a head on these keys does in
         `format_name` (the class token if there is one), which would change the logits."""
@@ -282,7 +287,7 @@ class Checkpoint:
             raise ValueError(
                 f"{self.path}: the head reads pooling='{self.head_pooling}'; the {format_name} format's "
                 f"head on these weights reads {reads}. Export a model with pooling='{self.inferred_pooling}', "
-                "or without its head (include_top=False)."
+                "or without its head (keras-vit convert --include-top false; convert_checkpoint(include_top=False))."
             )
 
     def expected_shapes(self):

@@ -13,7 +13,7 @@ def _convert(args):
     from keras_vit.weights.export import convert_checkpoint
 
     convert_checkpoint(args.src, args.dst, format=args.format, num_heads=args.num_heads, overwrite=args.overwrite,
-                       force_download=args.redownload)
+                       force_download=args.redownload, include_top=args.include_top == "true")
     print(f"wrote {args.dst}")
 
 
@@ -38,5 +38,7 @@ def register(subparsers):
     parser.add_argument(
         "--redownload", action="store_true", help="download a named SRC again (e.g. one refused as changed)"
     )
+    parser.add_argument("--include-top", choices=("true", "false"), default="true",
+                        help="false: write the encoder without the classification head (default true)")
     parser.add_argument("--overwrite", action="store_true", help="replace what is at DST (same kind only)")
     parser.set_defaults(func=_convert)

@@ -73,17 +73,20 @@ def export(model, path, format="npz", overwrite=False):
     _write(fmt, os.fspath(path), ckpt)
 
 
-def convert_checkpoint(src, dst, format=None, num_heads=None, overwrite=False, force_download=False):
+def convert_checkpoint(src, dst, format=None, num_heads=None, overwrite=False, force_download=False, include_top=True):
     """Converts the checkpoint `src` (a path or a named checkpoint) to `dst`, refusing an
     existing `dst` unless `overwrite`. The output format is `format`, else taken from `dst`'s
     name. `num_heads` is needed only for sources that do not record it (timm, `.weights.h5`,
     transformers weights without `config.json`) whose width no named model has, or whose
-    heads differ from that model's. `force_download`: fetch a named `src` again."""
+    heads differ from that model's. `force_download`: fetch a named `src` again.
+    `include_top=False` writes the encoder without the classification head (e.g. a model whose
+    head pools in a way the format's head cannot)."""
     dst = os.fspath(dst)
     fmt = formats.by_option(format) if format else formats.for_output(dst)
     source = (os.fspath(src),) if isinstance(src, (str, os.PathLike)) and os.path.exists(src) else ()
     check_output(dst, fmt, overwrite, inputs=source)
-    _write(fmt, dst, weights_checkpoint(src, num_heads=num_heads, force_download=force_download))
+    ckpt = weights_checkpoint(src, num_heads=num_heads, force_download=force_download)
+    _write(fmt, dst, ckpt if include_top else ckpt.without_head())
 
 
 def check_output(path, fmt, overwrite=False, inputs=()):

@@ -346,15 +346,19 @@ def list_weights(model=None):
 
 
 def weights_table(model=None):
-    """`list_weights(model)` as a text table, each default ('imagenet') marked."""
+    """`list_weights(model)` as a text table, each alias' entry ('imagenet', 'imagenet21k') marked."""
     rows = list_weights(model)
     if not rows:
         return f"(no named checkpoints for {model})"
-    defaults = {(v, _alias_target(v, "imagenet")) for v in {e.variant for e in rows}}
+    marks = {}
+    for variant in {e.variant for e in rows}:
+        for alias in ALIASES:
+            marks.setdefault((variant, _alias_target(variant, alias)), []).append(f"'{alias}'")
     lines = [f"{'model':<14} {'weights':<45} {'res':>4} {'classes':>7} {'pre_logits':>10} {'container':<11} "
              f"{'input':<7} license"]
     for e in rows:
-        mark = "  (default: 'imagenet')" if (e.variant, e.name) in defaults else ""
+        aliases = marks.get((e.variant, e.name))
+        mark = f"  (weights={' or '.join(aliases)})" if aliases else ""
         lines.append(
             f"{e.variant:<14} {e.name:<45} {e.resolution:>4} {e.classes or '-':>7} "
             f"{e.representation_size or '-':>10} {e.container:<11} {e.preprocessing:<7} {e.license}{mark}\n{'':<15}{e.url}"

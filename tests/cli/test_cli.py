@@ -208,6 +208,7 @@ def test_train_logged_to_a_pipe_is_quiet_and_one_line_per_epoch(tmp_path):
     epochs = re.findall(r"^\d+/\d+ - .* - val_accuracy: ", proc.stdout, re.M)
     assert len(epochs) == 2, proc.stdout
     assert len(proc.stdout) < 2000
+    assert "Logs: " in proc.stdout and "TensorBoard" not in proc.stdout  # --tensorboard false: no folder to name
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="the ONNX export always runs in a PyTorch process")
@@ -300,3 +301,15 @@ def test_a_missing_backend_says_how_to_install_it(tmp_path):
         "backend (tensorflow, jax, torch)"
     ), error
     assert "Traceback" not in proc.stderr
+
+
+def test_predict_prints_no_tensorflow_start_up_lines_on_any_backend(tmp_path):
+    """Keras looks for TensorFlow when it loads a model, whatever the backend: its start-up lines stay hidden."""
+    keras_vit.VisionTransformer(patch_size=8, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32,
+                                input_shape=(16, 16, 3), classes=3).save(tmp_path / "m.keras")
+    Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(tmp_path / "a.png")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc, imported = keras_vit_command("predict", "a.png", "--model", "m.keras", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert imported["tensorflow"]  # so the test checks what it is about
+    assert "I0000" not in proc.stderr and "absl::InitializeLog" not in proc.stderr, proc.stderr[-3000:]

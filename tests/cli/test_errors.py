@@ -168,7 +168,7 @@ def test_export_replaces_an_earlier_export(model_file, tmp_path, capsys, monkeyp
     monkeypatch.setattr(export_lib, "_write", fake_saved_model("new"))
     assert main(["export", str(model_file), "--format", "saved_model", "--output", str(out), "--no-verify"]) == 0
     assert (out / "saved_model.pb").read_text() == "new"
-    assert sorted(os.listdir(tmp_path)) == ["vit.savedmodel"]
+    assert sorted(os.listdir(tmp_path)) == ["vit.savedmodel", "vit.savedmodel.serving.json"]
 
 
 def test_convert_refuses_an_existing_destination(npz, tmp_path, capsys):
@@ -443,3 +443,30 @@ def test_evaluate_counts_only_the_images_it_evaluated(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path / "m.keras"), "--data", str(tmp_path / "data")]) == 0
     out = capsys.readouterr().out
     assert "on 5 validation examples (1 skipped: files the decoder could not read)" in out, out
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--batch-size", "0"], "batch_size=0 must be a whole number >= 1"),
+    (["--batch-size", "0", "--fewshot", "1"], "batch_size=0 must be a whole number >= 1"),
+])
+def test_evaluate_refuses_a_batch_size_below_one(model_file, capsys, argv, expected):
+    """`evaluate --batch-size 0` ended in a tf.data traceback (both paths)."""
+    fails(["evaluate", model_file, "--data", "digits", *argv], capsys, expected)
+
+
+@pytest.mark.parametrize("flag", ["--mixup", "--cutmix"])
+def test_mixing_alphas_beyond_a_sane_bound_are_refused(tmp_path, capsys, flag):
+    fails(["train", flag, "1e9", "--output-dir", tmp_path / "run"], capsys, "must be in [0, 100]")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("top", [0, 1.5, "3", True, -2])
+def test_decode_predictions_refuses_a_top_that_is_not_a_count(top):
+    with pytest.raises(ValueError, match=r"top=.* must be a whole number >= 1"):
+        keras_vit.decode_predictions(np.full((1, 1000), 1e-3), top=top)
+
+
+def test_decode_predictions_takes_numpy_counts_and_refuses_scores_that_are_not_numbers():
+    assert len(keras_vit.decode_predictions(np.full((1, 1000), 1e-3), top=np.int64(2))[0]) == 2
+    with pytest.raises(ValueError, match="expects numbers"):
+        keras_vit.decode_predictions(np.full((1, 1000), "a"))

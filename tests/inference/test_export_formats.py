@@ -46,7 +46,9 @@ def test_litert_openvino_and_torch_exports_match_the_model_at_other_sizes(any_si
         path = out + serving.SPECS[fmt].suffix
         assert serving.is_export(fmt, path) == (fmt != "litert")
         assert_runs_at_other_sizes(fmt, path, model)
-    assert sorted(os.listdir(tmp_path)) == ["vit.openvino", "vit.pt2", "vit.tflite"]  # no temporary left
+    assert sorted(os.listdir(tmp_path)) == [  # each with its card, no temporary left
+        "vit.openvino", "vit.openvino.serving.json", "vit.pt2", "vit.pt2.serving.json", "vit.tflite",
+        "vit.tflite.serving.json"]
     assert sorted(os.listdir(out + ".openvino")) == ["keras_vit_export.json", "model.bin", "model.xml"]
 
 

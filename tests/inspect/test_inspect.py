@@ -269,3 +269,36 @@ def test_inspect_command_builds_a_named_variant(tmp_path, rng, capsys):
     assert "randomly initialised" in capsys.readouterr().out
     assert {p.name for p in out.iterdir()} == {"attention_rollout.png", "mean_attention_distance.png",
                                                "position_embedding_similarity.png", "embedding_filters.png"}
+
+
+def test_the_rollout_figure_shows_the_map_itself_with_its_range(rng):
+    """A nearly flat map (0.84-1.0, as a small model's) looks like the input in the paper's panel:
+    the figure adds the map as a heat map with a colour bar, and says its range."""
+    images = rng.uniform(0, 255, size=(1, SIZE, SIZE, 3))
+    maps = 0.84 + 0.16 * rng.uniform(0, 1, size=(1, SIZE, SIZE))
+    figure = inspect.plot_attention_rollout(images, maps)
+    titles = [ax.get_title() for ax in figure.axes]
+    assert "Input" in titles and f"Attention {maps.min():.2f}-{maps.max():.2f}" in titles
+    heat = [image for ax in figure.axes for image in ax.get_images() if image.get_cmap().name == "inferno"]
+    assert len(heat) == 1 and heat[0].get_clim() == (maps.min(), maps.max())
+    assert any(ax.get_ylabel() == "attention weight" for ax in figure.axes)  # the colour bar
+
+
+@pytest.mark.parametrize("options, expected, said", [
+    (dict(position_embedding="rope"), {"attention_rollout.png", "mean_attention_distance.png", "embedding_filters.png"},
+     "skipping the position-embedding similarity: vision_transformer has no position table"),
+    (dict(naflex=True, class_token=False, pooling="avg"), None, "is a NaFlex model"),
+])
+def test_inspect_on_rotary_and_naflex_models(tmp_path, rng, capsys, options, expected, said):
+    """Both ended in a traceback (an AttributeError each): a rotary model gets the panels it has, a NaFlex one a line."""
+    image_path = tmp_path / "cat.png"
+    Image.fromarray(rng.integers(0, 255, size=(40, 50, 3), dtype=np.uint8)).save(image_path)
+    VisionTransformer(patch_size=8, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, input_shape=(32, 32, 3), classes=3,
+                      **options).save(tmp_path / "m.keras")
+    out = tmp_path / "out"
+    code = main(["inspect", str(image_path), "--model", str(tmp_path / "m.keras"), "--out", str(out)])
+    captured = capsys.readouterr()
+    if expected is None:
+        assert code == 2 and said in captured.err and captured.err.count("\n") == 1 and not out.exists()
+    else:
+        assert code == 0 and said in captured.out and {p.name for p in out.iterdir()} == expected

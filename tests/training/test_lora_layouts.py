@@ -162,3 +162,14 @@ def test_kerashub_lora_files_both_ways(tmp_path, images, capsys):
     fresh.backbone.enable_lora(4, ["query", "key", "value", "attention_output", "dense_1", "dense_2"])
     fresh.backbone.load_lora_weights(str(tmp_path / "ours.lora.h5"))
     np.testing.assert_allclose(logits(fresh, images), tuned, atol=1e-5)
+
+
+@pytest.mark.parametrize("config, warned", [({"pooling": "avg"}, True), ({"pooling": "token"}, False)])
+def test_a_peft_export_says_when_transformers_has_no_model_for_the_runs_base(tmp_path, capsys, config, warned):
+    model = keras_vit.VisionTransformer(**ARCH, classes=CLASSES, pooling=config["pooling"])
+    lora.enable(model, 2, "qkv", alpha=2)
+    lora.save(model, tmp_path / "lora.npz")
+    (tmp_path / "config.json").write_text(json.dumps(config))  # as the run wrote it
+    assert main(["export", str(tmp_path / "lora.npz"), "--format", "peft", "--output", str(tmp_path / "adapter")]) == 0
+    err = capsys.readouterr().err
+    assert ("pools by 'avg'" in err and "ViTForImageClassification reads the class token" in err) == warned, err

@@ -92,13 +92,22 @@ def test_meaningless_values_are_refused_for_python_and_command_line(field, bad, 
 
 def test_steps_per_epoch_and_epochs():
     config = recipe("digits", batch_size=64)
-    assert schedule_steps(config, 1438) == (22, 40)
+    assert schedule_steps(config, 1438) == (22, 40, 880)
     config = recipe("digits", batch_size=64, accumulation_steps=4)  # micro-batch 16
-    per_epoch, epochs = schedule_steps(config, 1438)
-    assert per_epoch == 88 and epochs == 40
+    assert schedule_steps(config, 1438) == (88, 40, 3520)
     config = recipe("finetune", steps=1000, batch_size=512, accumulation_steps=2)
-    per_epoch, epochs = schedule_steps(config, 50_000)  # CIFAR-10: 195 micro-steps per epoch
-    assert per_epoch % 2 == 0 and abs(per_epoch * epochs / 2 - 1000) <= epochs
+    per_epoch, epochs, total = schedule_steps(config, 50_000)  # CIFAR-10: 195 micro-steps per epoch
+    assert per_epoch % 2 == 0 and total == 2000 and (epochs - 1) * per_epoch < total <= epochs * per_epoch
+
+
+@pytest.mark.parametrize("steps, examples", [(200, 1438), (5, 200), (7, 64), (1, 10_000), (333, 1000)])
+def test_steps_means_that_many_optimizer_steps(steps, examples):
+    """`--steps 200` on digits ran 207 (rounded up to whole epochs): now exactly 200, the last epoch shorter."""
+    for accumulation in (1, 4):
+        config = recipe("digits", batch_size=64, accumulation_steps=accumulation, steps=steps)
+        per_epoch, epochs, total = schedule_steps(config, examples)
+        assert total == steps * accumulation and per_epoch % accumulation == 0
+        assert (epochs - 1) * per_epoch < total <= epochs * per_epoch
 
 
 def test_warmup_cosine_schedule_values():

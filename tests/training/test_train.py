@@ -259,3 +259,26 @@ def test_scratch_recipe_trains_with_its_mixup_and_cutmix(tmp_path):
     x, y = _small_digits()
     result = train(config, data=(np.repeat(x[..., None], 3, axis=-1), y))
     assert result.steps == 3 and np.isfinite(result.history["loss"]).all()
+
+
+def test_steps_n_runs_n_steps_and_resumes_through_the_short_last_epoch(tmp_path):
+    """`steps=11` on 5 batches an epoch: epochs of 6 and 5 steps (it ran 12, rounded up to whole epochs);
+    killed in the second epoch, the rerun ends at step 11; a rerun with other steps is refused in one line."""
+    config = _config(tmp_path, steps=11, depth=1, val_fraction=0.2)
+    data = _small_digits()
+    with pytest.raises(KeyboardInterrupt):
+        train(config, data=data, callbacks=[Recorder(crash_after_step=8)])
+    rest = Recorder()
+    result = train(config, data=data, callbacks=[rest])
+    assert result.resumed_from == 6 and result.steps == 11 and rest.steps == 5 and rest.epochs == [1]
+    with pytest.raises(ValueError, match=r"different settings \(steps: 11 -> 20\)"):
+        train(config.replace(steps=20), data=data)
+
+
+def test_arrays_given_in_python_train_in_their_own_default_folder(tmp_path, monkeypatch):
+    """`train("digits", data=(x, y))` wrote to runs/digits, the command line's run: after one, a SettingsChanged."""
+    monkeypatch.chdir(tmp_path)
+    config = recipe("digits", **{**TINY, "steps": 1, "depth": 1})
+    result = train(config, data=_small_digits())
+    assert os.path.abspath(result.run_dir) == str(tmp_path / "runs" / "digits-arrays")
+    assert not (tmp_path / "runs" / "digits").exists()

@@ -153,7 +153,7 @@ def test_list_weights_returns_records_and_the_command_prints_them(capsys):
     assert capsys.readouterr().out == ""
     assert main(["list-weights", "ViTB16"]) == 0
     out = capsys.readouterr().out
-    assert "augreg_in21k_ft_in1k_224" in out and "(default: 'imagenet')" in out
+    assert "augreg_in21k_ft_in1k_224" in out and "(weights='imagenet')" in out and "(weights='imagenet21k')" in out
     assert "vit_base_patch16_224.augreg2_in21k_ft_in1k" in out and "ViTL16" not in out
     assert main(["list-weights", "ViTL32"]) == 0
     out = capsys.readouterr().out

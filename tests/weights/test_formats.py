@@ -302,3 +302,23 @@ def test_convert_command(npz_params, tmp_path, rng, capsys):
     np.testing.assert_allclose(logits(model, x), logits(ref, x), atol=1e-6)
     assert main(["convert", str(tmp_path / "missing.npz"), str(tmp_path / "y.npz")]) == 2
     assert "No checkpoint file or folder" in capsys.readouterr().err
+
+
+def test_convert_without_the_head_writes_what_transformers_reads(tmp_path, capsys):
+    """A recipe's average-pooling model (the digits default) has no transformers head: refused in one line
+    naming --include-top false, which writes the encoder; transformers' ViTModel gives its tokens."""
+    from keras_vit.cli import main
+
+    model = keras_vit.VisionTransformer(**TINY, pooling="avg", classes=5, input_shape=(TINY_IMAGE, TINY_IMAGE, 3),
+                                        approximate_gelu=False)
+    model.set_weights([np.random.default_rng(1).normal(0, 0.2, w.shape).astype("float32") + (w.path.endswith("gamma"))
+                       for w in model.weights])
+    model.save(tmp_path / "avg.keras")
+    assert main(["convert", str(tmp_path / "avg.keras"), str(tmp_path / "hf"), "--format", "hf"]) == 2
+    assert "--include-top false" in capsys.readouterr().err and not (tmp_path / "hf").exists()
+    assert main(["convert", str(tmp_path / "avg.keras"), str(tmp_path / "hf"), "--format", "hf", "--include-top", "false"]) == 0
+    x = images(np.random.default_rng(2))
+    reference = transformers.ViTModel.from_pretrained(tmp_path / "hf", add_pooling_layer=False).eval()
+    with torch.no_grad():
+        tokens = reference(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).last_hidden_state.numpy()
+    np.testing.assert_allclose(keras_vit.features(model, x, -1, norm=True), tokens, atol=2e-5)

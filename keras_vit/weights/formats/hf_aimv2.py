@@ -76,7 +76,7 @@ def prepare(raw):
     config = _config(raw)
     if config.get("hidden_act", "silu") != "silu":
         raise ValueError(f"{raw.path}: AIMv2 hidden_act={config['hidden_act']!r}; keras_vit's SwiGLU is SiLU-gated.")
-    tensors = hf_families._strip(raw, ("vision_model.",),
+    tensors = hf_families.strip_prefixes(raw, ("vision_model.",),
                                  drop=("text_model.", "visual_projection.", "text_projection.", "logit_scale"))
     key = "embeddings.position_embedding.weight"
     if key in tensors and len(tensors[key].shape) == 2:

@@ -132,7 +132,7 @@ def _detector(model_types, marker):
     return detect
 
 
-def _strip(raw, prefixes, drop=()):
+def strip_prefixes(raw, prefixes, drop=()):
     """`raw`'s tensors without the first of `prefixes` each key starts with; keys starting
     with any of `drop` left out."""
     out = {}
@@ -151,14 +151,14 @@ def _refuse_head(tensors, raw, what):
 def prepare_deit(raw):
     """Strips `deit.`, renames transformers-5 keys, names the teacher model's class-token head
     as the plain classifier's."""
-    tensors = huggingface.V5_NAMES.rename(_strip(raw, ("deit.",), drop=("embeddings.mask_token",)))
+    tensors = huggingface.V5_NAMES.rename(strip_prefixes(raw, ("deit.",), drop=("embeddings.mask_token",)))
     return {("classifier." + k[len("cls_classifier."):] if k.startswith("cls_classifier.") else k): v
             for k, v in tensors.items()}
 
 
 def prepare_dinov2(raw):
     """Strips `dinov2.`, leaves out the mask token, names the SwiGLU layers as the MLP's."""
-    tensors = _strip(raw, ("dinov2.",), drop=("embeddings.mask_token",))
+    tensors = strip_prefixes(raw, ("dinov2.",), drop=("embeddings.mask_token",))
     _refuse_head(tensors, raw, "Dinov2ForImageClassification's head reads the class token and the mean "
                                "of the patch tokens side by side, which keras_vit's heads do not")
     return {k.replace(".mlp.weights_in.", ".mlp.fc1.").replace(".mlp.weights_out.", ".mlp.fc2."): v
@@ -187,7 +187,7 @@ def prepare_dinov3(raw):
     if config.get("use_gated_mlp") and config.get("hidden_act", "gelu") != "silu":
         raise ValueError(
             f"{raw.path}: a gated MLP with hidden_act={config['hidden_act']!r}; keras_vit's SwiGLU is SiLU-gated.")
-    tensors = _strip(raw, ("model.",), drop=("embeddings.mask_token",))
+    tensors = strip_prefixes(raw, ("model.",), drop=("embeddings.mask_token",))
     if 0 in getattr(tensors.get("embeddings.register_tokens"), "shape", (1,)):  # `num_register_tokens=0`
         del tensors["embeddings.register_tokens"]
     for key in [k for k in tensors if k.endswith(".attention.k_proj.weight") and qkv_bias and not key_bias]:
@@ -214,7 +214,7 @@ def metadata_dinov3(raw, tensors):
 def prepare_siglip(raw):
     """Strips `vision_model.` (leaving out a SiglipModel's text tower), gives the position
     embedding its batch axis."""
-    tensors = _strip(raw, ("vision_model.",), drop=("text_model.", "logit_scale", "logit_bias"))
+    tensors = strip_prefixes(raw, ("vision_model.",), drop=("text_model.", "logit_scale", "logit_bias"))
     key = "embeddings.position_embedding.weight"
     if key in tensors and len(tensors[key].shape) == 2:
         tensors[key] = tensors[key].reshape(1, *tensors[key].shape)

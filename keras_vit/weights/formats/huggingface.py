@@ -42,8 +42,8 @@ TABLE = Table(
     )
 )
 
-# transformers 5 state dicts: their names (right) of the names above (left).
-_V5_MODULES = (
+# transformers 5 state dicts: their names (right) of the names above (left); PEFT module names too (`lora.layouts`).
+V5_MODULES = (
     ("attention.attention.query", "attention.q_proj"),
     ("attention.attention.key", "attention.k_proj"),
     ("attention.attention.value", "attention.v_proj"),
@@ -56,7 +56,7 @@ _V5_MODULES = (
 V5_NAMES = Table(
     tuple(
         Row(LAYER + f"{ours}.{p}", f"layers.{{i}}.{theirs}.{p}")
-        for ours, theirs in _V5_MODULES
+        for ours, theirs in V5_MODULES
         for p in ("weight", "bias")
     ),
     dense={},
