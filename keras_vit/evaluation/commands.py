@@ -4,10 +4,10 @@ accuracy (`--fewshot`). Light: what a command needs is imported when it runs."""
 
 def _evaluate(args):
     """`keras-vit evaluate MODEL [--fewshot 1,5,10,25]`: prints the accuracy (per shot count)."""
-    if args.fewshot:
-        return _fewshot(args)
     if args.zero_shot:
         return _zero_shot(args)
+    if args.fewshot:
+        return _fewshot(args)
     if args.template is not None:
         raise ValueError("--template is for --zero-shot only.")
     from keras_vit.evaluation.classification import evaluate

@@ -6,6 +6,7 @@ import os
 import numpy as np
 
 from keras_vit.data.sources import scan_folder
+from keras_vit.fields import check_count
 from keras_vit.text.tokenizers import check_labels
 
 
@@ -18,6 +19,7 @@ def evaluate_zero_shot(model, folder, template=None, batch_size=32):
     of `folder/CLASS/IMAGE`: each image's labels ranked by the cosine of its features with those of
     the class names (underscores read as spaces, through `template`'s `{}` when given), the order
     of both families' probabilities."""
+    check_count("batch_size", batch_size, "images encoded at a time")
     classes, paths, labels = scan_folder(folder, "skip")
     texts = _unit(model.encode_text(check_labels([name.replace("_", " ") for name in classes], template)))
     top1 = top5 = 0

@@ -98,3 +98,6 @@ def test_evaluate_zero_shot_on_an_image_folder(setup, tmp_path, capsys):
     fails(["evaluate", folder, "--zero-shot"], capsys, "--zero-shot needs --data DIR")
     fails(["evaluate", folder, "--zero-shot", "--data", tmp_path / "data", "--template", "x"], capsys, "{}")
     fails(["evaluate", folder, "--template", "a {}"], capsys, "--template is for --zero-shot only")
+    fails(["evaluate", folder, "--zero-shot", "--fewshot", "1", "--data", tmp_path / "data"], capsys, "choose one")
+    fails(["evaluate", folder, "--zero-shot", "--data", tmp_path / "data", "--batch-size", "0"], capsys,
+          "batch_size=0 must be a whole number >= 1")
