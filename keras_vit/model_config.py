@@ -25,7 +25,7 @@ from keras_vit.variants import ARCHITECTURE_KEYS
 
 POOLINGS = ("token", "avg", "map")
 POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope")
-MLPS = ("gelu", "swiglu", "quick_gelu")
+MLPS = ("gelu", "swiglu")
 SIZES, DEPTHS = f"[1, {MAX_DIMENSION}]", f"[1, {MAX_DEPTH}]"  # bounded (`keras_vit.limits`)
 NORMS = ("layernorm", "rmsnorm")
 ROPE_FORMS = ("dinov3", "axial", "mixed")  # the 2-D rotary forms (`keras_vit.layers.rope`)
@@ -165,8 +165,7 @@ class ViTConfig:
         "`qk_norm`)", group=MODEL, to=ENCODER)
     norm: str = option("layernorm", "every normalisation layer of the encoder and `fc_norm`: 'layernorm' or "
                        "'rmsnorm' (scale only, as torch.nn.RMSNorm)", group=MODEL, choices=NORMS, to=ENCODER)
-    mlp: str = option("gelu", "'gelu' (the paper's MLP), 'swiglu' (DINOv2 g/14) or 'quick_gelu' (OpenAI CLIP's "
-                      "x * sigmoid(1.702 x))", group=MODEL, choices=MLPS,
+    mlp: str = option("gelu", "'gelu' (the paper's MLP) or 'swiglu' (DINOv2 g/14)", group=MODEL, choices=MLPS,
                       to=ENCODER)
     fc_norm: bool = option(
         False, "the final LayerNorm on the pooled features instead of on the tokens (timm's `fc_norm`, e.g. its "

@@ -7,7 +7,7 @@ from keras_vit.layers.encoder import Encoder
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.layers.map_head import MAPHead
-from keras_vit.layers.mlp import MLPBlock, QuickGELUBlock
+from keras_vit.layers.mlp import MLPBlock
 from keras_vit.layers.naflex import NaFlexPatchEmbedding, NaFlexPositionEmbedding
 from keras_vit.layers.norms import RMSNorm
 from keras_vit.layers.patch_dropout import PatchDropout
@@ -37,7 +37,6 @@ __all__ = [
     "PatchDropout",
     "PatchEmbedding",
     "PositionEmbedding",
-    "QuickGELUBlock",
     "RMSNorm",
     "ResNetStage",
     "ResNetV2Stem",

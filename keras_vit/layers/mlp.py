@@ -17,13 +17,15 @@ class MLPBlock(keras.layers.Layer):
     activation (`activate`) and how many columns per hidden unit `dense_0` has (`packed`).
     `bias=False`: both layers without bias. `hidden_norm` ("layernorm" / "rmsnorm", epsilon
     `epsilon`): a norm of the hidden features before `dense_1` (EVA-02's `scale_mlp`), None: none.
+    `quick_gelu=True`: OpenAI CLIP's `x * sigmoid(1.702 x)` instead of GELU.
     """
 
     packed = 1
 
     def __init__(self, mlp_dim, dropout_rate=0.0, approximate_gelu=True, seed=None, bias=True, hidden_norm=None,
-                 epsilon=1e-6, **kwargs):
+                 epsilon=1e-6, quick_gelu=False, **kwargs):
         super().__init__(**kwargs)
+        self.quick_gelu = bool(quick_gelu)
         self.hidden_norm, self.epsilon = hidden_norm, float(epsilon)
         self.norm = None if hidden_norm is None else normalization(hidden_norm, self.epsilon, "norm", self.dtype_policy)
         self.bias = bool(bias)
@@ -55,6 +57,8 @@ class MLPBlock(keras.layers.Layer):
         return run(self.dropout, run(self.dense_1, x), training=training)
 
     def activate(self, hidden):
+        if self.quick_gelu:
+            return hidden * ops.sigmoid(1.702 * hidden)
         return ops.gelu(hidden, approximate=self.approximate_gelu)
 
     def compute_output_shape(self, input_shape):
@@ -70,12 +74,5 @@ class MLPBlock(keras.layers.Layer):
             "bias": self.bias,
             "hidden_norm": self.hidden_norm,
             "epsilon": self.epsilon,
+            "quick_gelu": self.quick_gelu,
         }
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class QuickGELUBlock(MLPBlock):
-    """The MLP with OpenAI CLIP's QuickGELU, `x * sigmoid(1.702 x)` (transformers' "quick_gelu")."""
-
-    def activate(self, hidden):
-        return hidden * ops.sigmoid(ops.cast(1.702, hidden.dtype) * hidden)

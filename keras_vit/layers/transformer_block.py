@@ -6,7 +6,7 @@ from keras import ops
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.layer_scale import LayerScale
-from keras_vit.layers.mlp import MLPBlock, QuickGELUBlock
+from keras_vit.layers.mlp import MLPBlock
 from keras_vit.layers.norms import normalization
 from keras_vit.layers.residual import Float32Stream
 from keras_vit.layers.rope import THETA
@@ -20,7 +20,7 @@ from keras_vit.variants import LAYER_NORM_EPSILON
 class TransformerBlock(Float32Stream, keras.layers.Layer):
     """`x + MSA(LN(x))`, then `x + MLP(LN(x))`, with dropout and optional stochastic depth.
 
-    `mlp="swiglu"` uses `SwiGLUBlock` instead of the GELU MLP, `mlp="quick_gelu"` `QuickGELUBlock`; `layer_scale_init` (a float)
+    `mlp="swiglu"` uses `SwiGLUBlock` instead of the GELU MLP; `layer_scale_init` (a float)
     scales each branch by a learned `LayerScale` (`ls_1`, `ls_2`) starting at that value.
     `call(x, rope=coordinates)` rotates the patch tokens' queries and keys (`rope_theta`, `rope_form`);
     `call(x, valid=mask)` attends only to the tokens where the `(batch, tokens)` mask is True,
@@ -29,6 +29,7 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
     `MultiHeadSelfAttention`'s; `mlp_bias=False`: an MLP without biases; `norm="rmsnorm"`:
     RMSNorm (`keras_vit.layers.norms`) for `ln_1`, `ln_2` (and the query / key norms);
     `mlp_norm=True`: a norm of that kind in the MLP before its output layer (EVA-02);
+    `quick_gelu=True`: the GELU MLP's activation is `x * sigmoid(1.702 x)` (OpenAI CLIP);
     `causal=True`: each token attends only to those up to itself (`MultiHeadSelfAttention`).
 
     LayerNorm / RMSNorm run in float32 under mixed precision (Keras' LayerNormalization upcasts), and
@@ -56,6 +57,7 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         qk_norm=False,
         norm="layernorm",
         mlp_norm=False,
+        quick_gelu=False,
         causal=False,
         **kwargs,
     ):
@@ -85,9 +87,10 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=policy)
         self.ln_2 = normalization(norm, self.layer_norm_epsilon, "ln_2", policy)
-        block = {"swiglu": SwiGLUBlock, "quick_gelu": QuickGELUBlock}.get(mlp, MLPBlock)
+        block = SwiGLUBlock if mlp == "swiglu" else MLPBlock
         self.mlp = block(mlp_dim, dropout_rate, approximate_gelu, seed=seed, bias=mlp_bias, name="mlp", dtype=policy,
-                         hidden_norm=norm if mlp_norm else None, epsilon=self.layer_norm_epsilon)
+                         hidden_norm=norm if mlp_norm else None, epsilon=self.layer_norm_epsilon,
+                         quick_gelu=quick_gelu)
         self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy)
         self.scales = ()
         if self.layer_scale_init is not None:
@@ -141,5 +144,6 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
             "qk_norm": self.attention.qk_norm,
             "norm": self.norm,
             "mlp_norm": self.mlp.hidden_norm is not None,
+            "quick_gelu": self.mlp.quick_gelu,
             "causal": self.attention.causal,
         }

@@ -16,9 +16,9 @@ from typing import Optional
 
 FAMILIES = ("clip", "siglip", "siglip2")
 POOLINGS = ("eos", "argmax", "last")
-# transformers' `hidden_act` -> (TransformerBlock's `mlp`, `approximate_gelu`)
-ACTIVATIONS = {"quick_gelu": ("quick_gelu", False), "gelu": ("gelu", False), "gelu_new": ("gelu", True),
-               "gelu_pytorch_tanh": ("gelu", True)}
+# transformers' `hidden_act` -> (TransformerBlock's `quick_gelu`, `approximate_gelu`)
+ACTIVATIONS = {"quick_gelu": (True, False), "gelu": (False, False), "gelu_new": (False, True),
+               "gelu_pytorch_tanh": (False, True)}
 # The defaults of each family's transformers text config where `config.json` leaves them out.
 DEFAULTS = {
     "clip": dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
@@ -44,7 +44,7 @@ class TextConfig:
     depth: int
     num_heads: int
     mlp_dim: int
-    mlp: str
+    quick_gelu: bool
     approximate_gelu: bool
     layer_norm_epsilon: float
     causal: bool
@@ -78,11 +78,11 @@ def text_config(family, text, projection_dim=None, path="config.json"):
     act = settings["hidden_act"]
     if act not in ACTIVATIONS:
         raise ValueError(f"{path}: text hidden_act={act!r} is not supported; expected one of {tuple(ACTIVATIONS)}.")
-    mlp, approximate = ACTIVATIONS[act]
+    quick, approximate = ACTIVATIONS[act]
     width = settings["hidden_size"]
     common = dict(family=family, vocab_size=settings["vocab_size"], context=settings["max_position_embeddings"],
                   width=width, depth=settings["num_hidden_layers"], num_heads=settings["num_attention_heads"],
-                  mlp_dim=settings["intermediate_size"], mlp=mlp, approximate_gelu=approximate,
+                  mlp_dim=settings["intermediate_size"], quick_gelu=quick, approximate_gelu=approximate,
                   layer_norm_epsilon=float(settings["layer_norm_eps"]))
     if family == "clip":
         eos = settings["eos_token_id"]

@@ -21,7 +21,7 @@ def text_transformer(config, name="text_model"):
         raise ValueError(f"config={config!r}: expected a keras_vit.text.TextConfig.")
     ids = keras.Input((config.context,), dtype="int32", name="token_ids")
     tokens = TextEmbedding(config.vocab_size, config.context, config.width, name="embedding")(ids)
-    tokens = Encoder(config.depth, config.num_heads, config.mlp_dim, mlp=config.mlp,
+    tokens = Encoder(config.depth, config.num_heads, config.mlp_dim, quick_gelu=config.quick_gelu,
                      approximate_gelu=config.approximate_gelu, layer_norm_epsilon=config.layer_norm_epsilon,
                      causal=config.causal, name="encoder")(tokens)
     pooled = TextPooling(config.pooling, config.eos_token_id, name="pooling")(tokens, ids)

@@ -66,11 +66,7 @@ def export(model, path, format="npz", overwrite=False):
     """
     fmt = formats.by_option(format)
     check_output(path, fmt, overwrite)
-    ckpt = model_checkpoint(model)
-    if model.get_layer("encoder").mlp == "quick_gelu":  # no format records it yet: it would be read back with GELU
-        raise ValueError(f"Model {model.name!r} has a QuickGELU MLP, which no export format records; save it with "
-                         "model.save('x.keras').")
-    _write(fmt, os.fspath(path), ckpt)
+    _write(fmt, os.fspath(path), model_checkpoint(model))
 
 
 def convert_checkpoint(src, dst, format=None, num_heads=None, overwrite=False, force_download=False, include_top=True):

@@ -1,12 +1,12 @@
 """The options the text towers add to `keras_vit.layers`: a causal mask (no token sees a later
 one, with and without a `valid` mask, on the fused and the explicit attention paths) and the
-QuickGELU MLP; the text layers' configs."""
+`quick_gelu` MLP; the text layers' configs."""
 
 import keras
 import numpy as np
 import pytest
 
-from keras_vit.layers import MultiHeadSelfAttention, QuickGELUBlock, TransformerBlock
+from keras_vit.layers import MLPBlock, MultiHeadSelfAttention, TransformerBlock
 from keras_vit.text.layers import TextEmbedding, TextPooling
 
 
@@ -35,11 +35,10 @@ def test_causal_attention_ignores_later_tokens(explicit):
 
 
 def test_quick_gelu_block_and_configs():
-    block = TransformerBlock(2, 16, mlp="quick_gelu", causal=True)
-    assert isinstance(block.mlp, QuickGELUBlock)
+    block = TransformerBlock(2, 16, quick_gelu=True, causal=True)
     again = TransformerBlock.from_config(block.get_config())
-    assert again.attention.causal and again.mlp_kind == "quick_gelu"
-    mlp = QuickGELUBlock(4)
+    assert again.attention.causal and again.mlp.quick_gelu
+    mlp = MLPBlock(4, quick_gelu=True)
     mlp.build((1, 3))
     x = np.linspace(-3, 3, 3, dtype=np.float32)[None]
     hidden = x @ _numpy(mlp.dense_0.kernel) + _numpy(mlp.dense_0.bias)
@@ -55,12 +54,3 @@ def test_text_pooling_picks_each_rows_token():
     for pooling, rows in (("eos", [2, 1]), ("argmax", [1, 2]), ("last", [3, 3])):
         np.testing.assert_array_equal(_numpy(TextPooling(pooling, 3)(tokens, ids)), tokens[[0, 1], rows])
 
-
-def test_a_quick_gelu_vit_is_not_exported_as_gelu(tmp_path):
-    import keras_vit
-
-    model = keras_vit.VisionTransformer(patch_size=8, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32,
-                                        input_shape=(16, 16, 3), classes=3, mlp="quick_gelu")
-    with pytest.raises(ValueError, match="QuickGELU MLP, which no export format records"):
-        keras_vit.weights.export(model, tmp_path / "x.npz")
-    assert not list(tmp_path.iterdir())
