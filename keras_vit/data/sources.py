@@ -259,7 +259,9 @@ def _readable_image(path):
     return magic is not None and _MAGIC[magic] in tail
 
 
-def _scan_folder(root, on_corrupt):
+def scan_folder(root, on_corrupt):
+    """`(class names, file paths as bytes, labels)` of the image folder `root/CLASS/IMAGE` (classes
+    sorted); unreadable files are skipped with a warning or, with `on_corrupt="error"`, refused."""
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
     if not classes:
         raise ValueError(f"Image folder {root} has no class sub-folders (expected root/CLASS/IMAGE).")
@@ -311,12 +313,12 @@ def from_folder(root, *, val_fraction=VAL_FRACTION, on_corrupt="skip", seed=0):
         raise ValueError(f"on_corrupt={on_corrupt!r} must be 'skip' or 'error'.")
     val_root = next((os.path.join(root, n) for n in VALIDATION_FOLDERS if os.path.isdir(os.path.join(root, n))), None)
     if os.path.isdir(os.path.join(root, "train")) and val_root:
-        classes, paths, labels = _scan_folder(os.path.join(root, "train"), on_corrupt)
-        val_classes, val_paths, val_labels = _scan_folder(val_root, on_corrupt)
+        classes, paths, labels = scan_folder(os.path.join(root, "train"), on_corrupt)
+        val_classes, val_paths, val_labels = scan_folder(val_root, on_corrupt)
         if val_classes != classes:
             raise ValueError(f"{val_root} has classes {val_classes}, the train folder {classes}.")
     else:
-        classes, paths, labels = _scan_folder(root, on_corrupt)
+        classes, paths, labels = scan_folder(root, on_corrupt)
         train, held = stratified_split(labels, val_fraction, seed)
         paths, val_paths, labels, val_labels = paths[train], paths[held], labels[train], labels[held]
     return Source(

@@ -4,8 +4,12 @@ accuracy (`--fewshot`). Light: what a command needs is imported when it runs."""
 
 def _evaluate(args):
     """`keras-vit evaluate MODEL [--fewshot 1,5,10,25]`: prints the accuracy (per shot count)."""
+    if args.zero_shot:
+        return _zero_shot(args)
     if args.fewshot:
         return _fewshot(args)
+    if args.template is not None:
+        raise ValueError("--template is for --zero-shot only.")
     from keras_vit.evaluation.classification import evaluate
 
     options = {"data_dir": args.data_dir} if args.data_dir else {}
@@ -14,6 +18,31 @@ def _evaluate(args):
     print(f"{args.model} on {results['examples']} {args.split} examples{skipped}: top-1 {results['top1']:.4f}, "
           f"top-5 {results['top5']:.4f}, loss {results['loss']:.4f} (plain cross-entropy: a run's val_loss includes "
           "its label smoothing)")
+    return 0
+
+
+def _zero_shot(args):
+    import os
+
+    if args.fewshot:
+        raise ValueError("--zero-shot and --fewshot: choose one.")
+    if not args.data or not os.path.isdir(args.data):
+        raise ValueError(f"--zero-shot needs --data DIR, an image folder DIR/CLASS/IMAGE whose class names are the "
+                         f"labels (got {args.data!r}).")
+    if not os.path.isdir(args.model):
+        raise FileNotFoundError(f"{args.model}: no such folder (a transformers CLIPModel, SiglipModel or Siglip2Model "
+                                "folder, or one ImageTextModel.save wrote).")
+    from keras_vit.text.tokenizers import check_labels
+
+    if args.template is not None:
+        check_labels(["label"], args.template)
+    from keras_vit.evaluation.zero_shot import evaluate_zero_shot
+    from keras_vit.text.image_text import ImageTextModel
+
+    results = evaluate_zero_shot(ImageTextModel.from_checkpoint(args.model), args.data, template=args.template,
+                                 batch_size=args.batch_size)
+    print(f"{args.model} zero-shot on {results['examples']} images of {results['classes']} classes in {args.data}: "
+          f"top-1 {results['top1']:.4f}, top-5 {results['top5']:.4f}")
     return 0
 
 
@@ -44,7 +73,8 @@ def _fewshot(args):
 
 def register(subparsers):
     evaluate = subparsers.add_parser("evaluate", help="top-1 / top-5 of a trained model on a data set")
-    evaluate.add_argument("model", metavar="MODEL.keras", help="a .keras model (e.g. runs/digits/best.keras)")
+    evaluate.add_argument("model", metavar="MODEL.keras", help="a .keras model (e.g. runs/digits/best.keras); with "
+                          "--zero-shot an image-text model folder (CLIPModel, SiglipModel, Siglip2Model)")
     evaluate.add_argument("--data", metavar="NAME|DIR|FILE", help="data set (default: the one recorded with the run)")
     evaluate.add_argument("--data-dir", metavar="DIR", help="tensorflow-datasets data_dir")
     evaluate.add_argument("--split", default="validation", choices=("validation", "train"))
@@ -54,4 +84,8 @@ def register(subparsers):
     evaluate.add_argument("--seeds", type=int, default=3, metavar="INT", help="--fewshot: draws of the shots (default 3)")
     evaluate.add_argument("--layer", type=int, metavar="INT", help="--fewshot: the tokens after this encoder block "
                           "(pooled) instead of the pre-logits")
+    evaluate.add_argument("--zero-shot", action="store_true", help="instead: the zero-shot top-1 / top-5 of an "
+                          "image-text model on --data DIR, an image folder whose class folder names are the labels")
+    evaluate.add_argument("--template", metavar="T", help="--zero-shot: each class name put in place of {} in T, "
+                          "e.g. 'a photo of a {}.'")
     evaluate.set_defaults(func=_evaluate)

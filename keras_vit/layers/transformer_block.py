@@ -24,13 +24,13 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
     scales each branch by a learned `LayerScale` (`ls_1`, `ls_2`) starting at that value.
     `call(x, rope=coordinates)` rotates the patch tokens' queries and keys (`rope_theta`, `rope_form`);
     `call(x, valid=mask)` attends only to the tokens where the `(batch, tokens)` mask is True,
-    `call(x, segment_ids=ids)` only within each token's segment;
+    `call(x, segment_ids=ids)` only within each token's segment, `causal=True` each token only to those up
+    to itself (a text tower's mask);
     `key_bias=False` drops the key bias, `qkv_bias` / `proj_bias` / `qk_norm` are
     `MultiHeadSelfAttention`'s; `mlp_bias=False`: an MLP without biases; `norm="rmsnorm"`:
     RMSNorm (`keras_vit.layers.norms`) for `ln_1`, `ln_2` (and the query / key norms);
     `mlp_norm=True`: a norm of that kind in the MLP before its output layer (EVA-02);
     `quick_gelu=True`: the GELU MLP's activation is `x * sigmoid(1.702 x)` (OpenAI CLIP).
-    `causal=True`: each token attends only to those up to itself (`MultiHeadSelfAttention`).
 
     LayerNorm / RMSNorm run in float32 under mixed precision (Keras' LayerNormalization upcasts), and
     so does the residual stream `x` (`Float32Stream`).
@@ -55,10 +55,10 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         proj_bias=True,
         mlp_bias=True,
         qk_norm=False,
+        causal=False,
         norm="layernorm",
         mlp_norm=False,
         quick_gelu=False,
-        causal=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -142,8 +142,8 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
             "proj_bias": self.attention.proj_bias,
             "mlp_bias": self.mlp_bias,
             "qk_norm": self.attention.qk_norm,
+            "causal": self.attention.causal,
             "norm": self.norm,
             "mlp_norm": self.mlp.hidden_norm is not None,
             "quick_gelu": self.mlp.quick_gelu,
-            "causal": self.attention.causal,
         }

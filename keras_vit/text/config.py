@@ -65,9 +65,6 @@ class TextConfig:
         if self.width % self.num_heads:
             raise ValueError(f"text config: width {self.width} is not divisible by num_heads={self.num_heads}.")
 
-    def to_dict(self):
-        return dataclasses.asdict(self)
-
 
 def text_config(family, text, projection_dim=None, path="config.json"):
     """The `TextConfig` of a transformers text config dict `text` (a pair's `text_config`, or a

@@ -128,6 +128,20 @@ class ImageTextModel:
         cosine = _unit(self.encode_image(images).astype(np.float64)) @ _unit(self.encode_text(texts).astype(np.float64)).T
         return cosine * np.exp(self.logit_scale) + (self.logit_bias or 0.0)
 
+    def classifier(self, labels, template=None):
+        """A Keras classifier of the labels: `image_model`, its features L2-normalised, then a Dense
+        `zero_shot_head` initialised from the labels' text features (scaled by `exp(logit_scale)`,
+        bias `logit_bias` or 0) and the family's softmax / sigmoid: `zero_shot`'s probabilities for
+        prepared images (`image_inputs`), as the start of a fine-tuning."""
+        texts = _unit(self.encode_text(check_labels(labels, template)).astype(np.float64))
+        features = self.image_model.outputs[0]
+        head = keras.layers.Dense(len(texts), activation="softmax" if self.family == "clip" else "sigmoid",
+                                  name="zero_shot_head")
+        outputs = head(keras.layers.UnitNormalization(name="normalise")(features))
+        head.kernel.assign((texts.T * np.exp(self.logit_scale)).astype("float32"))
+        head.bias.assign(np.full(len(texts), self.logit_bias or 0.0, "float32"))
+        return keras.Model(self.image_model.inputs, outputs, name="zero_shot_classifier")
+
     def zero_shot(self, images, labels, template=None):
         """`(B, T)` probabilities of each label (through `template`, e.g. "a photo of a {}.") for each
         image: CLIP's softmax over the labels, SigLIP's independent sigmoid per label."""

@@ -70,8 +70,7 @@ def export(model, path, format="npz", overwrite=False):
     """
     fmt = formats.by_option(format)
     check_output(path, fmt, overwrite)
-    ckpt = model_checkpoint(model)
-    _write(fmt, os.fspath(path), ckpt)
+    _write(fmt, os.fspath(path), model_checkpoint(model))
 
 
 def convert_checkpoint(src, dst, format=None, num_heads=None, overwrite=False, force_download=False, include_top=True):

@@ -64,5 +64,40 @@ def test_bad_input_stops_in_one_line_and_writes_nothing(setup, tmp_path, capsys)
     fails(["embed", "--text", "cat", "  ", "--weights", folder, "--output", out], capsys, "non-empty string")
     fails(["embed", "--text", "cat", "--weights", folder, "--output", tmp_path / "out.txt"], capsys, ".npy")
     assert list(tmp_path.iterdir()) == []
+    import transformers
+
+    from tests.support.text import VISION
+
+    transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**VISION)).save_pretrained(tmp_path / "vision")
+    capsys.readouterr()
+    fails(["zero-shot", paths[0], "--weights", tmp_path / "vision", "--labels", "cat"], capsys,
+          "image tower alone use keras_vit.from_checkpoint")
+    fails(["embed", "--text", "cat", "--weights", tmp_path / "vision", "--output", out], capsys, "keras_vit.from_checkpoint")
+    assert not out.exists()
     with pytest.raises(SystemExit):  # argparse: --labels needs at least one
         main(["zero-shot", paths[0], "--weights", folder, "--labels"])
+
+
+def test_evaluate_zero_shot_on_an_image_folder(setup, tmp_path, capsys):
+    folder, _, model = setup
+    classes, images, truth = ["a_cat", "a_dog", "big_red_car"], [], []
+    rng = np.random.default_rng(3)
+    for label, name in enumerate(classes):
+        for i in range(3):
+            image = rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8)
+            (tmp_path / "data" / name).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(image).save(tmp_path / "data" / name / f"{i}.png")
+            images.append(image)
+            truth.append(label)
+    probabilities = model.zero_shot(np.stack(images), ["a cat", "a dog", "big red car"], template="a photo of {}")
+    expected = np.mean(np.argmax(probabilities, axis=1) == truth)
+    assert main(["evaluate", folder, "--zero-shot", "--data", str(tmp_path / "data"),
+                 "--template", "a photo of {}"]) == 0
+    out = capsys.readouterr().out
+    assert f"zero-shot on 9 images of 3 classes" in out and f"top-1 {expected:.4f}, top-5 1.0000" in out
+    fails(["evaluate", folder, "--zero-shot"], capsys, "--zero-shot needs --data DIR")
+    fails(["evaluate", folder, "--zero-shot", "--data", tmp_path / "data", "--template", "x"], capsys, "{}")
+    fails(["evaluate", folder, "--template", "a {}"], capsys, "--template is for --zero-shot only")
+    fails(["evaluate", folder, "--zero-shot", "--fewshot", "1", "--data", tmp_path / "data"], capsys, "choose one")
+    fails(["evaluate", folder, "--zero-shot", "--data", tmp_path / "data", "--batch-size", "0"], capsys,
+          "batch_size=0 must be a whole number >= 1")

@@ -62,6 +62,17 @@ def test_siglip_features_and_probabilities_match_transformers(siglip):
     np.testing.assert_allclose(probabilities, expected, atol=TOLERANCE, rtol=0)
 
 
+def test_zero_shot_classifier_gives_zero_shots_probabilities(siglip, tmp_path):
+    _, model, _ = siglip
+    classifier = model.classifier(["cat", "dog", "car"], template="a photo of a {}")
+    expected = model.zero_shot(_images(), ["cat", "dog", "car"], template="a photo of a {}")
+    inputs = model.image_inputs(_images())
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(classifier(inputs)), expected, atol=1e-5, rtol=0)
+    classifier.save(tmp_path / "classifier.keras")
+    again = keras.saving.load_model(tmp_path / "classifier.keras")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(again(inputs)), expected, atol=1e-5, rtol=0)
+
+
 def test_the_text_clean_up_is_applied(siglip):
     _, model, _ = siglip
     ids = model.tokenizer(["a photo of a cat", "A Photo, of a CAT!!", "a photo of a dog"])
@@ -189,6 +200,10 @@ def test_image_processing_reads_the_preprocessor_config():
     assert image_processing.resized(clip, np.zeros((300, 400, 3), np.uint8)).shape == (224, 224, 3)
     with pytest.raises(ValueError, match="resample=0"):
         image_processing.from_preprocessor_config({"resample": 0})
+    vit = keras_vit.VisionTransformer(patch_size=8, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32,
+                                      input_shape=(24, 24, 3), include_top=False, pooling="avg", preprocessing="deit")
+    own = image_processing.from_model(vit)  # without preprocessor_config.json
+    assert (own.size, own.interpolation, own.mean) == ((24, 24), "bicubic", (0.485, 0.456, 0.406))
 
 
 def test_naflex_siglip2_matches_transformers(tmp_path):
