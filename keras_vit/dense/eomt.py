@@ -20,27 +20,15 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.inspect.model_parts import embedding_layer, encoder_inputs, encoder_layer, is_naflex, prefix_tokens
-from keras_vit.interpolation import Interpolation
-from keras_vit.layers.learned_tokens import LearnedTokens
-from keras_vit.layers.position_embedding import resize_matrix
 from keras_vit.guard import VisionTransformerModel
+from keras_vit.inspect.model_parts import embedding_layer, encoder_inputs, encoder_layer, is_naflex, prefix_tokens
+from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.weights.building import assign
 from keras_vit.weights.variables import EOMT_TABLE
 
-# torch `F.interpolate(mode="bilinear", align_corners=False)`: half-pixel, not antialiased.
-TORCH_BILINEAR = Interpolation("linear", "torch F.interpolate(mode='bilinear', align_corners=False)")
 OUTPUTS = ("class_queries_logits", "masks_queries_logits")  # transformers' names of the two outputs
 MASK_MLP_LAYERS = 3
 LAYER_NORM_2D_EPSILON = 1e-6  # transformers' EomtLayerNorm2d, whatever the blocks' epsilon
-
-
-def resized(images, size):
-    """`(..., h, w)` float32 maps resized to `size = (h', w')` as torch's bilinear `interpolate`
-    (separable resize matrices: the same numbers on every backend)."""
-    rows = resize_matrix(ops.shape(images)[-2], size[0], TORCH_BILINEAR)
-    cols = resize_matrix(ops.shape(images)[-1], size[1], TORCH_BILINEAR)
-    return ops.einsum("yh,...hw,xw->...yx", rows, ops.cast(images, "float32"), cols)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -115,17 +103,23 @@ class EoMTHead(keras.layers.Layer):
 class EoMTAttentionMask(keras.layers.Layer):
     """`layer(mask_logits, patch_grid)` -> the boolean `(batch, n, n)` pairs a block attends over
     (`n = queries + prefix + h*w`): everything, except that query `q` sees patch `p` only where its
-    mask logits, resized to the `h x w` patch grid (bilinear, as torch), are positive."""
+    mask logits, resized to the `h x w` patch grid, are positive. The masks are `scale` times the grid
+    (an integer), and torch's bilinear `interpolate` to the grid (half-pixel, not antialiased) samples
+    the centre of each `scale x scale` block: the mean of its one or two middle rows and columns."""
 
-    def __init__(self, num_queries, num_prefix_tokens, **kwargs):
+    def __init__(self, num_queries, num_prefix_tokens, scale=4, **kwargs):
         super().__init__(**kwargs)
         self.num_queries = int(num_queries)
         self.num_prefix_tokens = int(num_prefix_tokens)
+        self.scale = int(scale)
 
     def call(self, mask_logits, patch_grid):
-        shape = ops.shape(patch_grid)
+        shape, s = ops.shape(patch_grid), self.scale
         batch, patches = ops.shape(mask_logits)[0], shape[1] * shape[2]
-        seen = ops.reshape(resized(mask_logits, (shape[1], shape[2])) > 0, (batch, self.num_queries, patches))
+        blocks = ops.reshape(ops.cast(mask_logits, "float32"), (batch, self.num_queries, shape[1], s, shape[2], s))
+        middle = slice((s - 1) // 2, s // 2 + 1)
+        logits = ops.mean(blocks[:, :, :, middle, :, middle], axis=(3, 5))
+        seen = ops.reshape(logits > 0, (batch, self.num_queries, patches))
         leading = self.num_queries + self.num_prefix_tokens
         tokens = leading + patches
         queries = ops.concatenate([ops.ones((batch, self.num_queries, leading), "bool"), seen], axis=-1)
@@ -137,7 +131,8 @@ class EoMTAttentionMask(keras.layers.Layer):
         return (mask_logits_shape[0], tokens, tokens)
 
     def get_config(self):
-        return {**super().get_config(), "num_queries": self.num_queries, "num_prefix_tokens": self.num_prefix_tokens}
+        return {**super().get_config(), "num_queries": self.num_queries, "num_prefix_tokens": self.num_prefix_tokens,
+                "scale": self.scale}
 
 
 def _count(value, name, low=1):
@@ -189,7 +184,7 @@ def eomt_model(backbone, num_classes, num_queries=100, num_blocks=4, num_upscale
     grid = embedding_layer(backbone).output
     head = EoMTHead(num_queries, prefix, num_classes, num_upscale_blocks, encoder.approximate_gelu,
                     _masked(masked_attention, num_blocks), name="eomt_head")
-    attention_mask = EoMTAttentionMask(num_queries, prefix, name="eomt_attention_mask")
+    attention_mask = EoMTAttentionMask(num_queries, prefix, 2**num_upscale_blocks, name="eomt_attention_mask")
     (x, rope), mask = encoder_inputs(backbone), None
     for i, block in enumerate(encoder.blocks):
         if i == start:

@@ -220,6 +220,18 @@ def test_annealing_fractions_are_refused_in_one_line(tmp_path):
         keras_vit.from_checkpoint(str(tmp_path))
 
 
+def test_any_input_size(base):
+    """`input_shape=(None, None, 3)`: the native size's numbers, and masks 4x the grid at another size
+    (transformers' EoMT runs at its configured size only: no reference there)."""
+    folder, expected = base
+    model = keras_vit.from_checkpoint(str(folder), input_shape=(None, None, 3))
+    assert _close(_numpy(model, _images()), expected)
+    images = np.random.default_rng(3).uniform(-1, 1, (2, 48, 40, 3)).astype(np.float32)
+    outputs = _numpy(model, images)
+    assert outputs["masks_queries_logits"].shape == (2, TINY["num_queries"], 24, 20)
+    assert np.all(np.isfinite(outputs["masks_queries_logits"]))
+
+
 def test_export_in_another_format_is_refused_in_one_line(base, tmp_path):
     model = _mutant(base[0])
     with pytest.raises(ValueError, match=r"^[^\n]*an EoMT segmentation model cannot be written as timm; export with "
