@@ -64,6 +64,16 @@ def test_heads_on_every_kind_of_backbone_at_two_sizes(backbones, name):
     assert values.shape == (2, *size) and (values >= 0).all() and values.max() > 0
 
 
+def test_a_hybrid_backbone_gives_the_input_size():
+    from keras_vit.layers import ResNetV2Stem
+
+    vit = keras_vit.VisionTransformer(1, 16, 2, 2, 32, input_shape=(None, None, 3), include_top=False, pooling=None,
+                                      stem=ResNetV2Stem((1, 1), width=32))
+    model = keras_vit.DenseModel(vit, "dpt", "depth", layers=[0, 0, 1, 1], fusion_resize="next", head_upsample="input",
+                                 **NECK)
+    assert run(model, np.zeros((1, 32, 48, 3), "float32")).shape == (1, 32, 48)
+
+
 def test_dpt_readout_follows_the_class_token(backbones):
     heads = {name: keras_vit.DenseModel(backbones[name], "dpt", "depth", **NECK).get_layer("dpt_head")
              for name in ("DINOv2S14", "SigLIPB16")}
