@@ -4,6 +4,7 @@ import inspect
 
 import keras
 
+from keras_vit.dense.eomt import eomt_model
 from keras_vit.dense.layers import TASKS, DPTHead, LinearHead
 from keras_vit.inspect.features import block_indices, feature_extractor
 from keras_vit.inspect.model_parts import embedding_layer, encoder_layer, has_class_token, is_naflex, prefix_tokens
@@ -36,8 +37,11 @@ def DenseModel(backbone, head="linear", task="semantic", num_classes=None, *, la
         backbone: a keras_vit Vision Transformer (any family and size, plain or hybrid; not NaFlex),
             built with `include_top=False`, `pooling=None`; its layers and weights are shared.
             `input_shape=(None, None, 3)` gives a model that takes any size (a multiple of the patch size).
-        head: "linear" (DINOv2 / DINOv3 linear evaluation: BatchNorm + 1x1 convolution, `LinearHead`) or
-            "dpt" (DPT / Depth Anything's reassemble and fusion neck with its head, `DPTHead`).
+        head: "linear" (DINOv2 / DINOv3 linear evaluation: BatchNorm + 1x1 convolution, `LinearHead`),
+            "dpt" (DPT / Depth Anything's reassemble and fusion neck with its head, `DPTHead`) or "eomt"
+            (EoMT: learned queries joined to the last blocks, semantic only; its options `num_queries`,
+            `num_blocks`, `num_upscale_blocks`, `masked_attention`: `keras_vit.dense.eomt.eomt_model`,
+            whose outputs are a dict of class and mask logits).
         task: "semantic" or "depth".
         num_classes: the classes of a semantic head (required there, not given for depth).
         layers: the encoder blocks the head reads (indices as `keras_vit.features`'); default: the
@@ -53,8 +57,13 @@ def DenseModel(backbone, head="linear", task="semantic", num_classes=None, *, la
             `head_hidden_size`, `head_upsample`, `head_in_index`,
             `depth_activation`, `max_depth` (see `DPTHead`; defaults: transformers' `DPTConfig`).
     """
+    if head == "eomt":  # its queries join the last encoder blocks: a model of its own (`keras_vit.dense.eomt`)
+        if task != "semantic" or layers is not None or not norm:
+            raise ValueError("head='eomt' segments (task='semantic') from the queries it joins to the last blocks; "
+                             "layers= and norm= are not its options.")
+        return eomt_model(backbone, num_classes, name=name, **options)
     if head not in HEADS:
-        raise ValueError(f"Unknown head {head!r}; expected one of {tuple(HEADS)}.")
+        raise ValueError(f"Unknown head {head!r}; expected one of {(*HEADS, 'eomt')}.")
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}; expected one of {TASKS}.")
     if task == "semantic" and num_classes is None:

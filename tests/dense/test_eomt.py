@@ -252,3 +252,13 @@ def test_new_queries_start_distinct(backbone):
     model = eomt_model(backbone, num_classes=3, num_queries=16, num_blocks=1)
     queries = keras.ops.convert_to_numpy(model.get_layer("eomt_queries").tokens)[0]
     assert 0.7 < queries.std() < 1.3 and np.linalg.matrix_rank(queries) == 16
+
+
+def test_dense_model_builds_eomt(backbone):
+    """`DenseModel(backbone, head="eomt")` is `eomt_model`: the same layers and outputs."""
+    model = keras_vit.DenseModel(backbone, head="eomt", num_classes=3, num_queries=4, num_blocks=1)
+    again = eomt_model(backbone, num_classes=3, num_queries=4, num_blocks=1)
+    assert [type(layer).__name__ for layer in model.layers] == [type(layer).__name__ for layer in again.layers]
+    assert set(model.output) == {"class_queries_logits", "masks_queries_logits"}
+    with pytest.raises(ValueError, match="head='eomt' segments"):
+        keras_vit.DenseModel(backbone, head="eomt", task="depth", num_classes=3)
