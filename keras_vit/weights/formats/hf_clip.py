@@ -42,15 +42,8 @@ TABLE = Table(
 
 
 def _config(raw):
-    """The image tower's config: `config.json`, or a pair's `vision_config` (which must be an object)."""
-    config = raw.meta.get("config") or {}
-    if config.get("model_type") not in MODEL_TYPES or "vision_config" not in config:
-        return config
-    vision = config["vision_config"]
-    if not isinstance(vision, dict):
-        raise ValueError(f"{raw.path}: its config's vision_config is a {type(vision).__name__}; expected a JSON "
-                         "object ({...}) of the image tower's settings.")
-    return vision
+    """The image tower's config: `config.json`, or a CLIP pair's `vision_config`."""
+    return hf_families.vision_config(raw, MODEL_TYPES)
 
 
 def prepare(raw):

@@ -90,9 +90,15 @@ SIGLIP_TABLE = Table(
 
 
 def _config(raw):
-    """The model's `config.json` (a SigLIP pair's `vision_config`, which must be an object)."""
+    """The model's `config.json` (a SigLIP pair's `vision_config`)."""
+    return vision_config(raw, ("siglip", "siglip2"))
+
+
+def vision_config(raw, model_types):
+    """The image tower's config: `config.json`, or the `vision_config` (which must be an object) of
+    an image-text pair whose `model_type` is one of `model_types`."""
     config = raw.meta.get("config") or {}
-    if config.get("model_type") not in ("siglip", "siglip2") or "vision_config" not in config:
+    if config.get("model_type") not in model_types or "vision_config" not in config:
         return config
     vision = config["vision_config"]
     if not isinstance(vision, dict):
