@@ -1,5 +1,5 @@
-"""Shared test set-up: quiet TensorFlow, one JAX compilation cache, a private weights cache, and
-no network."""
+"""Shared test set-up: quiet TensorFlow, one JAX compilation cache, a private weights cache, no
+network, and the run-once rule of the tests marked `backend_independent`."""
 
 import atexit
 import os
@@ -23,6 +23,31 @@ import pytest  # noqa: E402
 
 BACKEND = keras.backend.backend()
 LOOPBACK = ("127.", "::1", "localhost")
+# CI runs the suite once per backend. Two marks deselect (not skip) a test on some backends,
+# where it would run no code of theirs that another backend's run does not:
+# - `backend_independent`: code whose result cannot depend on the Keras backend (files and
+#   containers, checkpoint conversion without Keras, parsing of the command line and the docs,
+#   NumPy and tf.data code, the import graph, benchmark arithmetic): it runs under
+#   INDEPENDENT_BACKEND only, PyTorch, the fastest on CPU, so the three runs end closer together;
+# - `backends("tensorflow", "torch")`: runs under the backends named, e.g. an export that the
+#   other backends hand whole to a process of a named one.
+# The numerics of each backend are never left out: each code path keeps a case on each backend.
+INDEPENDENT_BACKEND = "torch"
+
+
+def runs_here(item):
+    """Whether this backend's run keeps `item` (the marks above)."""
+    if item.get_closest_marker("backend_independent"):
+        return BACKEND == INDEPENDENT_BACKEND
+    only = item.get_closest_marker("backends")
+    return only is None or BACKEND in only.args
+
+
+def pytest_collection_modifyitems(config, items):
+    elsewhere = [item for item in items if not runs_here(item)]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [item for item in items if runs_here(item)]
 
 
 @pytest.fixture(autouse=True)

@@ -1,12 +1,15 @@
 """Runs the whole test suite once per Keras backend, each in its own process.
 
-Usage: python tests/run_backends.py [--jobs N] [BACKEND ...] [-- PYTEST_ARGS ...]
+Usage: python tests/run_backends.py [--jobs N] [--quick] [BACKEND ...] [-- PYTEST_ARGS ...]
 
-Each backend runs the suite in two parts (`PARTS`), each part a pytest process; up to `--jobs`
-of them (default: one per CPU core) run at the same time, the longest first. Most tests are
-small models whose time goes to one core's Python and dispatch, so on two cores two parts take
-little longer than one. Each part's output is printed whole when it ends. With PYTEST_ARGS a
-backend runs as one process: `pytest PYTEST_ARGS` (the whole suite unless they name paths).
+Each backend runs the suite in parts (`PARTS`), each part a pytest process; up to `--jobs` of
+them (default: one per CPU core) run at the same time, the longest first by `SECONDS`, so that
+the cores finish together. Most tests are small models whose time goes to one core's Python and
+dispatch, so on two cores two parts take little longer than one. Each part's output is printed
+whole when it ends, with its 30 slowest tests. With PYTEST_ARGS a backend runs as one process:
+`pytest PYTEST_ARGS` (the whole suite unless they name paths). `--quick` runs the fast tier,
+`QUICK`, on PyTorch (or the backends named) in one process: a few tests of every package, for
+use before every commit.
 """
 
 import argparse
@@ -18,9 +21,58 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-BACKENDS = ("jax", "tensorflow", "torch")  # the longest first
-PARTS = {"training": ("tests/training",), "the rest": ("tests", "--ignore=tests/training")}  # about equal
-DEFAULT_ARGS = ("--durations=30",)  # the slowest tests of each backend, for keeping CI time down
+BACKENDS = ("jax", "tensorflow", "torch")
+# The parts of each backend's suite: the folders of each, "the rest" every test the others leave.
+PARTS = {
+    "training": ("tests/training",),
+    "weights": ("tests/weights",),
+    "the rest": ("tests", "--ignore=tests/training", "--ignore=tests/weights"),
+}
+# Seconds each part takes on the 2-core CI machine, two at a time (the `=== backend, part: ... in
+# Ns` lines of a CI log; here estimated from CI's two-part times and per-folder --durations=0
+# sums): only their order matters, the longest starting first.
+SECONDS = {
+    ("jax", "training"): 1015, ("jax", "weights"): 525, ("jax", "the rest"): 775,
+    ("tensorflow", "training"): 600, ("tensorflow", "weights"): 260, ("tensorflow", "the rest"): 420,
+    ("torch", "training"): 390, ("torch", "weights"): 250, ("torch", "the rest"): 416,
+}
+DEFAULT_ARGS = ("--durations=30",)  # the slowest tests of each part, for keeping CI time down
+# The fast tier (`--quick`): a few quick tests of every package, under 3 minutes on PyTorch on the
+# CI machine. Node ids: pytest fails ("not found") on one that no longer exists.
+QUICK = (
+    "tests/test_files.py", "tests/test_files_json.py", "tests/test_imports.py",
+    "tests/test_images.py::test_read_image_decodes_as_tensorflow",
+    "tests/test_docs.py::test_shell_lines_name_what_exists", "tests/test_docs.py::test_the_field_table_is_current",
+    "tests/layers/test_forward.py::test_logits_match_numpy_reference",
+    "tests/layers/test_forward.py::test_layer_config_round_trip",
+    "tests/applications/test_builders.py",
+    "tests/applications/test_families_builders.py::test_parameter_counts_match_the_references",
+    "tests/applications/test_hybrid.py::test_stem_rejects_bad_configs",
+    "tests/weights/test_table.py::test_table_expands_found_indices_both_ways_and_names_what_is_wrong",
+    "tests/weights/test_formats.py::test_npz_round_trip_is_bit_exact",
+    "tests/weights/test_formats.py::test_hf_small_variant_round_trip",
+    "tests/weights/test_errors.py",
+    "tests/weights/test_integrity.py::test_corrupt_npz_member_fails_load_and_convert",
+    "tests/weights/test_download.py::test_download_checks_hash_and_caches",
+    "tests/inspect/test_inspect.py::test_patch_embedding_components",
+    "tests/inspect/test_inspect.py::test_attention_rollout_maps",
+    "tests/inference/test_hostile_inputs.py",
+    "tests/inference/test_export_formats.py::test_an_unknown_format_is_refused_in_one_line",
+    "tests/inference/test_export_formats.py::test_format_all_writes_every_format",
+    "tests/cli/test_cli.py::test_every_option_shows_what_it_takes",
+    "tests/cli/test_cli.py::test_parsed_options_override_the_recipe",
+    "tests/cli/test_errors.py::test_lora_options_out_of_range_are_refused",
+    "tests/benchmarks/test_throughput.py::test_flops_per_image_match_the_published_peak_throughputs",
+    "tests/benchmarks/test_targets.py::test_ratio_table_against_the_targets",
+    "tests/training/test_data.py::test_train_stream_is_reproducible_and_resumable",
+    "tests/training/test_data.py::test_inception_crop_windows_and_centre_crop",
+    "tests/training/test_recipes.py", "tests/training/test_engine.py::test_a_bad_choice_fails_before_data_or_weights",
+    "tests/training/test_engine.py::test_pretrain_logged_to_a_file_writes_one_line_per_epoch",
+    "tests/training/test_layer_decay.py::test_sgd_step_is_scaled_per_block",
+    "tests/training/test_fewshot.py::test_ridge_classifier_matches_scikit_learn",
+    "tests/training/test_lora.py::test_a_file_that_is_not_a_lora_file_is_refused_in_one_line",
+    "tests/training/test_run_folder.py::test_a_model_file_that_is_a_fifo_is_refused_without_blocking",
+)
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 
 
@@ -50,6 +102,7 @@ def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="pytest processes at the same time (default: one per core)")
+    parser.add_argument("--quick", action="store_true", help="the fast tier only, on torch unless backends are named")
     parser.add_argument("backends", nargs="*", metavar="BACKEND", help=f"some of {', '.join(BACKENDS)} (default: all)")
     args = parser.parse_args(argv[:split])
     unknown = sorted(set(args.backends) - set(BACKENDS))
@@ -57,13 +110,23 @@ def parse(argv):
         parser.error(f"unknown backend(s) {', '.join(unknown)}; expected some of {', '.join(BACKENDS)}")
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: must be at least 1")
-    return args.jobs, args.backends or list(BACKENDS), argv[split + 1 :]
+    backends = args.backends or (["torch"] if args.quick else list(BACKENDS))
+    return args.jobs, args.quick, backends, argv[split + 1 :]
+
+
+def plan(backends, quick, pytest_args):
+    """(backend, part, paths) of each pytest process, the longest first."""
+    if quick:
+        return [(backend, "quick", QUICK) for backend in backends]
+    if pytest_args:
+        return [(backend, "as given", ()) for backend in backends]  # no path given: pytest's testpaths
+    runs = [(backend, part, paths) for backend in backends for part, paths in PARTS.items()]
+    return sorted(runs, key=lambda job: -SECONDS.get(job[:2], 0))
 
 
 def main(argv):
-    jobs, backends, pytest_args = parse(argv)
-    parts = {"as given": ()} if pytest_args else PARTS  # no path given: pytest's testpaths, "tests"
-    runs = [(backend, part, paths) for backend in backends for part, paths in parts.items()]
+    jobs, quick, backends, pytest_args = parse(argv)
+    runs = plan(backends, quick, pytest_args)
     start = time.time()
     with ThreadPoolExecutor(jobs) as pool:
         results = list(pool.map(lambda job: run(*job, pytest_args), runs))

@@ -17,7 +17,7 @@ Gemma tokenizer in place of the downloaded `siglip2-base-patch16-224`, and `runs
   `finetune` / `scratch` recipes, `convert` of a named checkpoint), several hosts or processes (a launcher or environment set-up
   before `keras-vit`) are skipped with that reason.
 
-They run under PyTorch only: the command line (argument handling, file paths, the code each
+They run under one backend only (`backend_independent`, tests/conftest.py): the command line (argument handling, file paths, the code each
 command calls) is the same on every backend, whose numbers the command tests check
 (tests/training/test_commands.py, tests/cli); this keeps the run within about 2 minutes.
 """
@@ -34,9 +34,10 @@ from PIL import Image
 from keras_vit.cli import main
 from keras_vit.variants import list_models
 from keras_vit.weights import registry
-from tests.support import BACKEND
 from tests.support.docs import PAGES, blocks
 from tests.support.text import siglip_folder
+
+pytestmark = pytest.mark.backend_independent
 
 FAST = [f"--set={s}" for s in (
     "model=custom", "patch_size=2", "hidden_dim=16", "depth=1", "num_heads=2", "mlp_dim=32", "image_size=8",
@@ -93,8 +94,6 @@ def _image(path, rng, size=(40, 50)):
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """The files the docs' lines refer to, made once (the runs by the docs' own commands)."""
-    if BACKEND != "torch":
-        pytest.skip("the documented commands run once, under PyTorch (module docstring)")
     folder = tmp_path_factory.mktemp("docs_workspace")
     rng = np.random.default_rng(0)
     for name in ("cat.jpg", "dog.png"):

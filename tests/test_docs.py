@@ -3,7 +3,8 @@ and benchmark invocation of a shell block names options that exist.
 
 A block preceded by `<!-- needs: network -->` (or `gpu`) is skipped with that reason. The blocks
 of one page run in order in one process, so a page's later blocks use its earlier names. They
-run under PyTorch only (the fastest CPU backend): the docs are the same on every backend.
+run under one backend only (`backend_independent`, tests/conftest.py): the docs are the same on
+every backend.
 """
 
 import os
@@ -15,8 +16,9 @@ import sys
 import pytest
 
 from keras_vit.cli import build_parser
-from tests.support import BACKEND
 from tests.support.docs import PAGES, REPO, blocks
+
+pytestmark = pytest.mark.backend_independent
 
 def shown_files(page):
     """Files a page shows as a Python block whose first line is `# NAME.py`."""
@@ -45,8 +47,6 @@ def test_every_page_has_runnable_blocks():
 
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=lambda p: p.name)
 def test_python_blocks_run(page, tmp_path):
-    if BACKEND != "torch":
-        pytest.skip("the docs' Python runs once, under PyTorch")
     runnable = [code for needs, code in blocks(page, "python") if not needs]
     if not runnable:
         pytest.skip("every Python block of this page needs the network or a GPU")

@@ -8,6 +8,8 @@ import pytest
 
 from keras_vit import files
 
+pytestmark = pytest.mark.backend_independent  # file writing: runs under one backend (tests/conftest.py)
+
 
 @pytest.fixture
 def umask_022():

@@ -7,6 +7,8 @@ import pytest
 
 from keras_vit import files
 
+pytestmark = pytest.mark.backend_independent  # file writing: runs under one backend (tests/conftest.py)
+
 
 def test_json_written_atomically_and_read_back(tmp_path):
     path = tmp_path / "sub" / "config.json"

@@ -15,6 +15,8 @@ from keras_vit.imagenet import preprocess_input
 from keras_vit.data import augment
 from keras_vit.data.sources import decode_image_file
 
+pytestmark = pytest.mark.backend_independent  # NumPy and TensorFlow image code: runs under one backend (tests/conftest.py)
+
 RNG = np.random.default_rng(0)
 # A non-square picture with smooth regions and noise, so that JPEG's DCT and chroma
 # upsampling matter; RGBA for the modes that keep a fourth channel.

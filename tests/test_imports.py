@@ -12,7 +12,11 @@ import one another by bare name (`import throughput`), so they are named so here
 import ast
 import pathlib
 
+import pytest
+
 import keras_vit
+
+pytestmark = pytest.mark.backend_independent  # source files read as text: runs under one backend (tests/conftest.py)
 
 ROOT = pathlib.Path(keras_vit.__file__).parent
 REPO = ROOT.parent

@@ -5,12 +5,15 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import pytest
+
 from tests.support import BACKEND
 from tests.support.benchmarks import BENCHMARKS
 
 import remat_batch  # noqa: E402  (benchmarks/ is on sys.path via tests.support.benchmarks)
 
 
+@pytest.mark.backend_independent  # the search's arithmetic
 def test_search_doubles_then_bisects_to_the_largest_batch(monkeypatch):
     limits = {False: 40, True: 150}
     tried = []

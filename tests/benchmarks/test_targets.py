@@ -16,6 +16,7 @@ import targets  # noqa: E402  (benchmarks/ is on sys.path via tests.support.benc
 SCRIPT = os.path.join(BENCHMARKS, "targets.py")
 
 
+@pytest.mark.backend_independent  # argument checks
 @pytest.mark.parametrize("arguments, message", [
     (["--steps", "0"], "--steps must be positive"),
     (["--warmup", "0"], "--warmup must be >= 1"),
@@ -27,6 +28,7 @@ def test_bad_arguments_exit_2(arguments, message):
     assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
 
 
+@pytest.mark.backend_independent  # arithmetic
 def test_ratio_table_against_the_targets():
     def row(framework, variant, mode, speed, warm_up):
         return {"framework": framework, "variant": variant, "mode": mode, "images_per_s": speed,
@@ -62,6 +64,7 @@ def test_tiny_run_writes_rows_errors_and_the_ratio_table(tmp_path):
     assert re.search(r"^\| B/16 training, JAX fit / timm compiled \| ", run.stdout, flags=re.M)
 
 
+@pytest.mark.backend_independent  # a shell script
 @pytest.mark.parametrize("stage", [[], ["nope"], ["targets|training"]])
 def test_gpu_sh_refuses_an_unknown_stage_before_doing_anything(stage, tmp_path):
     run = subprocess.run(["bash", os.path.join(BENCHMARKS, "gpu.sh"), *stage], capture_output=True, text=True,

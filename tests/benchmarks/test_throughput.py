@@ -15,6 +15,7 @@ import throughput  # noqa: E402  (benchmarks/ is on sys.path via tests.support.b
 H100_BF16_FLOPS = 989e12  # SPEC: ~28k img/s B/16 inference, ~9.4k training at 100 %
 
 
+@pytest.mark.backend_independent  # arithmetic
 def test_flops_per_image_match_the_published_peak_throughputs():
     forward = throughput.flops_per_image("ViTB16", 224)
     assert H100_BF16_FLOPS / forward == pytest.approx(28_000, rel=0.02)

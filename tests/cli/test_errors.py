@@ -394,6 +394,7 @@ def test_file_names_that_are_not_utf8(tmp_path, capsys, where):
 # ------------------------------------------------------------------------- optional packages
 
 
+@pytest.mark.backend_independent  # the run's log files (training on each backend: tests/training)
 def test_fewshot_every_without_the_tensorboard_package(tmp_path, capsys, monkeypatch):
     """--fewshot-every wrote its TensorBoard scalars with tf.summary, which stops the run with
     TBNotInstalledError without the package; now the few-shot rows go to fewshot.csv and log.csv,

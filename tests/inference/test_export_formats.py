@@ -34,6 +34,7 @@ def any_size_model(tmp_path_factory):
     return path
 
 
+@pytest.mark.backends("tensorflow", "torch")  # JAX hands all three to those backends' processes
 def test_litert_openvino_and_torch_exports_match_the_model_at_other_sizes(any_size_model, tmp_path, capsys):
     for name in RUNTIMES.values():
         pytest.importorskip(name)
@@ -108,6 +109,21 @@ def fake_export(fmt):
         return True
 
     return write
+
+
+@pytest.mark.backend_independent  # the command's choice of formats
+def test_format_all_writes_every_format(any_size_model, tmp_path, monkeypatch):
+    written = []
+
+    def write(model, fmt, output):
+        written.append(fmt)
+        return fake_export(fmt)(model, fmt, output)
+
+    monkeypatch.setattr(serving, "_write", write)
+    monkeypatch.setattr(serving, "_mark", lambda fmt, path: None)
+    assert main(["export", str(any_size_model), "--format", "all", "--output", str(tmp_path / "vit"), "--no-verify"]) == 0
+    assert written == list(serving.FORMATS)
+    assert sorted(os.listdir(tmp_path)) == sorted(f"vit{serving.SPECS[fmt].suffix}" for fmt in serving.FORMATS)
 
 
 @pytest.mark.parametrize("fmt", NEW_FORMATS)

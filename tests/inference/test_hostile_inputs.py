@@ -15,7 +15,6 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from tests.support import BACKEND
 from tests.support.commands import fails
 from tests.support.checkpoints import TINY
 
@@ -41,7 +40,7 @@ def png(path, width, height, seed=0):
 # ------------------------------------------------------------------ 5: extreme aspect ratios
 
 
-@pytest.mark.skipif(BACKEND != "torch", reason="NumPy image code, the same on every backend")
+@pytest.mark.backend_independent  # NumPy image code
 def test_centre_crop_work_follows_the_output(tmp_path):
     """A 3000 x 1 PNG made the 224-pixel centre crop allocate several 7.5 GiB arrays; a 99:1
     one (accepted) built a (22176, 4950) resize matrix. Run under a 1 GiB address-space limit."""
@@ -68,7 +67,7 @@ def test_predict_refuses_an_extreme_aspect_ratio_in_one_line(model_file, tmp_pat
     fails(["predict", thin, "--model", model_file], capsys, f"{thin}: a 300x2 image: its sides differ more than 100 times")
 
 
-@pytest.mark.skipif(BACKEND != "torch", reason="NumPy image code, the same on every backend")
+@pytest.mark.backend_independent  # NumPy image code
 def test_centre_crop_of_a_long_image_equals_the_full_resize_cropped(rng):
     from keras_vit import images
 
@@ -85,7 +84,7 @@ def test_centre_crop_of_a_long_image_equals_the_full_resize_cropped(rng):
 # ------------------------------------------------------------------ 8: streaming
 
 
-@pytest.mark.skipif(BACKEND != "torch", reason="NumPy batching, the same on every backend")
+@pytest.mark.backend_independent  # NumPy batching
 def test_predict_decodes_one_batch_at_a_time(model_file, tmp_path, monkeypatch):
     paths = [str(png(tmp_path / f"{i}.png", 40, 36, seed=i)) for i in range(5)] * 14  # 70 images
     model, _, _ = inference.load_model(str(model_file))

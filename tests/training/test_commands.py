@@ -93,6 +93,9 @@ def test_train_from_pretrained_weights_starts_from_them(trained, tmp_path, capsy
     assert f"Validation top-1 {top1}" in capsys.readouterr().out
 
 
+# `export`'s default formats from one run: the others hand the file whole to TensorFlow's and
+# PyTorch's processes; each backend's own writers are checked in tests/inference.
+@pytest.mark.backends("torch")
 def test_export_saved_model_and_onnx_match_the_model(trained, tmp_path, capsys):
     run_dir, _ = trained
     best = str(run_dir / "best.keras")

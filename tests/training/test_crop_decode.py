@@ -13,6 +13,8 @@ from keras_vit.data import augment
 from keras_vit.data import sources as data
 from keras_vit.data import pipeline
 
+pytestmark = pytest.mark.backend_independent  # tf.data code: runs under one backend (tests/conftest.py)
+
 AREA, ASPECT = (0.05, 1.0), (3 / 4, 4 / 3)
 
 

@@ -1,4 +1,4 @@
-"""Data sources and the tf.data pipelines of keras_vit.training (run under every backend)."""
+"""Data sources and the tf.data pipelines of keras_vit.training (no Keras backend in them)."""
 
 import os
 import warnings
@@ -11,6 +11,8 @@ from PIL import Image
 from keras_vit.data import augment
 from keras_vit.data import sources as data
 from keras_vit.data import pipeline
+
+pytestmark = pytest.mark.backend_independent  # data sources and tf.data code: runs under one backend (tests/conftest.py)
 
 AUG = pipeline.Augmentation(16, crop_area=(0.5, 1.0), flip=True)
 

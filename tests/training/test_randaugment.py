@@ -7,6 +7,8 @@ import tensorflow as tf
 
 from keras_vit.data import randaugment
 
+pytestmark = pytest.mark.backend_independent  # tf.data code: runs under one backend (tests/conftest.py)
+
 FACTOR = 0.5
 
 

@@ -16,11 +16,10 @@ import pytest
 
 from keras_vit.cli import main
 from keras_vit.weights import convert_checkpoint
-from tests.support import BACKEND
 from tests.support.commands import fails
 from tests.support.checkpoints import edit_keras_config, original_npz_params
 
-pytestmark = pytest.mark.skipif(BACKEND != "torch", reason="file handling, the same on every backend")
+pytestmark = pytest.mark.backend_independent  # file handling: runs under one backend (tests/conftest.py)
 
 GIB = 2**30
 

@@ -186,6 +186,7 @@ def test_flexivit_run_time_resize_is_jax_image_resize(rng, tmp_path):
 
 # ------------------------------------------------------------------------------ exports
 
+@pytest.mark.backends("torch")  # the one writer: the others hand the saved model to a PyTorch process
 @pytest.mark.parametrize("interpolation", ["bicubic", "bicubic_antialias"])  # clamped taps; normalised weights
 def test_onnx_export_keeps_the_convention_at_a_new_size(interpolation, tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")

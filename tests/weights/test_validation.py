@@ -21,7 +21,7 @@ from tests.support import BACKEND
 from tests.support.checkpoints import TINY, edit_keras_config, original_npz_params
 from tests.support.commands import fails
 
-pytestmark = pytest.mark.skipif(BACKEND != "torch", reason="file handling, the same on every backend")
+pytestmark = pytest.mark.backend_independent  # file handling: runs under one backend (tests/conftest.py)
 
 GIB = 2**30
 D, HEADS, MLP = TINY["hidden_dim"], TINY["num_heads"], TINY["mlp_dim"]
