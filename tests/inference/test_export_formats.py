@@ -123,7 +123,8 @@ def test_format_all_writes_every_format(any_size_model, tmp_path, monkeypatch):
     monkeypatch.setattr(serving, "_mark", lambda fmt, path: None)
     assert main(["export", str(any_size_model), "--format", "all", "--output", str(tmp_path / "vit"), "--no-verify"]) == 0
     assert written == list(serving.FORMATS)
-    assert sorted(os.listdir(tmp_path)) == sorted(f"vit{serving.SPECS[fmt].suffix}" for fmt in serving.FORMATS)
+    assert sorted(os.listdir(tmp_path)) == sorted(f"vit{serving.SPECS[fmt].suffix}{card}" for fmt in serving.FORMATS
+                                                  for card in ("", ".serving.json"))
 
 
 @pytest.mark.parametrize("fmt", NEW_FORMATS)
