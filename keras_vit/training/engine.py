@@ -34,11 +34,10 @@ from keras_vit.training.parallel import distribution, hosts, run_agreement
 from keras_vit.training.recipes import TrainConfig, check_recipe_command, recipe
 from keras_vit.variants import ARCHITECTURE_KEYS
 
-# Settings a resumed run must share with the run that wrote the checkpoint (and a task's own); the
-# run's length among them (`steps`, or `epochs` without it), which the learning-rate schedule spans.
+# Settings a resumed run must share with the run that wrote the checkpoint (and a task's own). Not its
+# length: a finished run given more steps or epochs continues to them (on the longer schedule).
 FINGERPRINT = (
     "data", *ARCHITECTURE_KEYS, "image_size", "batch_size", "accumulation_steps", "seed", "optimizer", "ema_decay",
-    "steps",
 )
 
 
@@ -201,8 +200,6 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     train_model.optimizer.build(train_model.trainable_variables)
     fingerprint = {key: getattr(config, key) for key in (*FINGERPRINT, *task.resume_fields)}
     fingerprint["data"] = source.name
-    if config.steps is None:
-        fingerprint["epochs"] = config.epochs
     if augmentation.mixes_labels:  # each process draws the MixUp / CutMix of its part of a batch
         fingerprint["mixup_cutmix_processes"] = plan.part[0]
     state = checkpointing.RunState(
