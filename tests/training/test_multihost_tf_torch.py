@@ -11,6 +11,7 @@ own); the test ends only those sessions.
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -171,7 +172,9 @@ def test_a_killed_torch_process_ends_the_survivor_within_30_s(tmp_path):
     assert lost_code in (-signal.SIGKILL, 128 + signal.SIGKILL), lost_out[-3000:]
     assert code == 75 and time.monotonic() - killed < 30, out[-3000:]
     lines = [line for line in out.splitlines() if line.startswith("keras-vit:")]
-    assert len(lines) == 1 and "host 1 (" in lines[0] and "Connection reset by peer" in lines[0], out[-3000:]
+    # gloo says "reset" or "closed" by peer, as the dead process's socket went down
+    assert len(lines) == 1 and "host 1 (" in lines[0] and re.search(r"Connection (reset|closed) by peer", lines[0]), \
+        out[-3000:]
     assert "the last good state is step 5" in lines[0]
     state = json.load(open(os.path.join(run, "checkpoint", "state.json")))
     assert state["step"] == 5 and os.path.exists(os.path.join(run, "checkpoint", state["weights"]))
