@@ -499,6 +499,9 @@ def read_folder(folder):
     if "config.json" in names:
         meta["config"] = read_json(os.path.join(folder, "config.json"))
     files = folder_weight_files(folder)
+    if not files:
+        raise ValueError(f"{folder}: no weights file in the folder (expected {', '.join(HF_WEIGHT_FILES)} or "
+                         f"*{KERAS_WEIGHT_SUFFIX}).")
     if files[0] in HF_WEIGHT_FILES:
         tensors = _read_hf_weights(folder, files[0])
         container = "safetensors" if "safetensors" in files[0] else "torch"

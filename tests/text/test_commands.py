@@ -101,3 +101,13 @@ def test_evaluate_zero_shot_on_an_image_folder(setup, tmp_path, capsys):
     fails(["evaluate", folder, "--zero-shot", "--fewshot", "1", "--data", tmp_path / "data"], capsys, "choose one")
     fails(["evaluate", folder, "--zero-shot", "--data", tmp_path / "data", "--batch-size", "0"], capsys,
           "batch_size=0 must be a whole number >= 1")
+
+
+def test_a_folder_without_weights_is_refused_in_one_line(tmp_path, capsys):
+    """An empty folder ended in an IndexError traceback from the folder reader."""
+
+    (tmp_path / "empty").mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "a.png")
+    assert main(["zero-shot", str(tmp_path / "a.png"), "--weights", str(tmp_path / "empty"), "--labels", "cat"]) == 2
+    err = capsys.readouterr().err
+    assert "no weights file in the folder" in err and err.count("\n") == 1
