@@ -19,7 +19,7 @@ from keras_vit.lora.targets import LORA_TARGETS, parse_lora_targets  # noqa: F40
 from keras_vit.model_config import DEPTHS, SIZES, ViTConfig
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS
 
-OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
+OPTIMIZERS = ("sgd", "adam", "adamw", "muon", "lamb", "lion", "adafactor")
 SCHEDULES = ("cosine", "linear", "constant")
 LR_SCALINGS = ("none", "linear", "sqrt")
 PRECISIONS = ("auto", "float32", "tf32", "mixed_bfloat16", "mixed_float16")
@@ -169,8 +169,8 @@ class _TrainFields:
     steps: Optional[int] = option(
         None, "total optimizer steps, exactly (overrides epochs; the last epoch runs what is left)", group=OPTIMISATION, interval=f"[1, {MAX_STEPS}]")
     optimizer: str = option(
-        "sgd", "sgd, adam, adamw or muon (Keras' Muon for the hidden kernels, its AdamW step for embeddings, head, "
-        "norms and biases)", group=OPTIMISATION, choices=OPTIMIZERS)
+        "sgd", "sgd, adam, adamw, muon (Keras' Muon for the hidden kernels, its AdamW step for embeddings, head, "
+        "norms and biases), lamb (DeiT III), lion or adafactor (Keras' own)", group=OPTIMISATION, choices=OPTIMIZERS)
     learning_rate: float = option(
         0.003, "peak learning rate (at reference_batch_size when lr_scaling is set)", group=OPTIMISATION,
         interval="[0, inf)")
@@ -182,8 +182,10 @@ class _TrainFields:
     momentum: float = option(
         0.9, "SGD momentum; Muon's (Nesterov) momentum (Muon's own default: 0.95)", group=OPTIMISATION,
         interval="[0, 1)")
-    beta_1: float = option(0.9, "Adam beta_1 (also Muon's AdamW step)", group=OPTIMISATION, interval="[0, 1)")
-    beta_2: float = option(0.999, "Adam beta_2 (also Muon's AdamW step)", group=OPTIMISATION, interval="[0, 1)")
+    beta_1: float = option(0.9, "first-moment decay of Adam, AdamW, LAMB and Muon's AdamW step, Lion's interpolation", group=OPTIMISATION, interval="[0, 1)")
+    beta_2: Optional[float] = option(
+        None, "second-moment decay of Adam, AdamW, LAMB and Muon's AdamW step, Lion's momentum decay (none: the "
+        "optimizer's own, 0.999; Lion 0.99)", group=OPTIMISATION, interval="[0, 1)")
     weight_decay: float = option(
         0.0, "decoupled weight decay (not on biases, norms, class token, position embeddings)",
         group=OPTIMISATION, interval="[0, inf)")
@@ -248,7 +250,8 @@ class _TrainFields:
             if missing:
                 raise ValueError(f"model='custom' needs {', '.join(missing)}.")
         if self.layer_decay is not None and self.optimizer == "muon":
-            raise ValueError("layer_decay works with optimizer sgd, adam or adamw, not muon; set layer_decay=none.")
+            raise ValueError("layer_decay works with every optimizer but muon (sgd, adam, adamw, lamb, lion, adafactor); "
+                             "set layer_decay=none.")
         if self.lora_rank and self.linear_probe:
             raise ValueError("lora_rank and linear_probe exclude each other: LoRA trains the head too.")
         if self.tensorboard and self.output_dir and not _is_utf8(self.output_dir):

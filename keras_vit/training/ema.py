@@ -19,6 +19,7 @@ import contextlib
 import keras
 from keras import ops
 
+from keras_vit.training.optimizer_classes import CLASSES
 from keras_vit.training.layer_decay import OPTIMIZERS as LAYER_DECAY_OPTIMIZERS, instantiated_class
 
 
@@ -52,8 +53,7 @@ def _averaging_class(cls):
 # Optimizer class -> its averaging class (registered, so a saved compiled model loads).
 AVERAGING = {
     cls: _averaging_class(cls)
-    for cls in (keras.optimizers.SGD, keras.optimizers.Adam, keras.optimizers.AdamW, keras.optimizers.Muon,
-                *LAYER_DECAY_OPTIMIZERS.values())
+    for cls in (*CLASSES.values(), *LAYER_DECAY_OPTIMIZERS.values())
 }
 
 

@@ -19,6 +19,7 @@ import keras
 
 from keras_vit.inspect.model_parts import encoder_layer
 from keras_vit.training.config import check_decay
+from keras_vit.training.optimizer_classes import CLASSES, WITHOUT_LAYER_DECAY
 
 
 def layer_scales(model, decay):
@@ -87,7 +88,5 @@ def _layer_decay_class(cls):
     return keras.saving.register_keras_serializable(package="keras_vit")(new)
 
 
-LayerDecaySGD = _layer_decay_class(keras.optimizers.SGD)
-LayerDecayAdam = _layer_decay_class(keras.optimizers.Adam)
-LayerDecayAdamW = _layer_decay_class(keras.optimizers.AdamW)
-OPTIMIZERS = {"sgd": LayerDecaySGD, "adam": LayerDecayAdam, "adamw": LayerDecayAdamW}
+# `optimizer=` name -> its layer-decay class (registered as `LayerDecay<Class>`, so a saved compiled model loads).
+OPTIMIZERS = {name: _layer_decay_class(cls) for name, cls in CLASSES.items() if name not in WITHOUT_LAYER_DECAY}

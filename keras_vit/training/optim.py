@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit.training import ema, layer_decay
+from keras_vit.training.optimizer_classes import CLASSES, OWN_BETA_2
 from keras_vit.training.config import LR_SCALINGS, OPTIMIZERS, SCHEDULES
 
 # Not decayed by AdamW: biases, LayerNorm scales / offsets, the class token and position embeddings.
@@ -104,7 +105,7 @@ def build_optimizer(
     *,
     momentum=0.9,
     beta_1=0.9,
-    beta_2=0.999,
+    beta_2=None,
     weight_decay=0.0,
     clipnorm=None,
     accumulation_steps=1,
@@ -118,7 +119,10 @@ def build_optimizer(
     those variables' learning rates (see `keras_vit.training.layer_decay`); `ema_decay` > 0
     keeps an exponential average of the trained weights (see `keras_vit.training.ema`).
     "muon": Keras' Muon with `momentum` (Nesterov) for the hidden kernels and its AdamW step
-    (`beta_1`, `beta_2`) for the rest (`MUON_ADAMW_LAYERS`), one `weight_decay` for both."""
+    (`beta_1`, `beta_2`) for the rest (`MUON_ADAMW_LAYERS`), one `weight_decay` for both.
+    "lamb" (You et al., 2020; DeiT III's), "lion" (Chen et al., 2023) and "adafactor" (Shazeer and
+    Stern, 2018; its relative step and decay schedule, no `beta_*`) are Keras' own; `beta_2=None`
+    takes each optimizer's own value (`OWN_BETA_2`)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer={name!r}; expected one of {OPTIMIZERS}.")
     if accumulation_steps < 1:
@@ -132,8 +136,7 @@ def build_optimizer(
     )
     if weight_decay or name in ("adamw", "muon"):  # their own default decay is not 0: always pass ours
         common["weight_decay"] = weight_decay
-    classes = {"sgd": keras.optimizers.SGD, "adam": keras.optimizers.Adam, "adamw": keras.optimizers.AdamW,
-               "muon": keras.optimizers.Muon}
+    classes = CLASSES
     if lr_scales:
         classes = layer_decay.OPTIMIZERS
         common["lr_scales"] = lr_scales
@@ -141,11 +144,14 @@ def build_optimizer(
     if ema_decay:
         cls = ema.AVERAGING[cls]
         common.update(use_ema=True, ema_momentum=ema_decay)
+    beta_2 = OWN_BETA_2.get(name) if beta_2 is None else beta_2
     if name == "sgd":
         optimizer = cls(momentum=momentum, **common)
     elif name == "muon":
         optimizer = cls(momentum=momentum, adam_beta_1=beta_1, adam_beta_2=beta_2, adam_weight_decay=weight_decay,
                         exclude_layers=list(MUON_ADAMW_LAYERS), **common)
+    elif name == "adafactor":
+        optimizer = cls(**common)
     else:
         optimizer = cls(beta_1=beta_1, beta_2=beta_2, **common)
     if weight_decay:

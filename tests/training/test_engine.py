@@ -148,7 +148,7 @@ def test_the_field_table_lists_every_option_once():
     for field in dataclasses.fields(TrainConfig):
         if field.name != "recipe":
             assert table.count(f"| `--{field.name.replace('_', '-')}` |") == 1, field.name
-    assert "| `--optimizer` | `sgd` | `sgd`, `adam`, `adamw`, `muon` |" in table
+    assert "| `--optimizer` | `sgd` | `sgd`, `adam`, `adamw`, `muon`, `lamb`, `lion`, `adafactor` |" in table
     assert "train[:90%]" in table  # not argparse's %% escape
 
 

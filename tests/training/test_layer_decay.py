@@ -1,4 +1,8 @@
-"""Layer-wise learning-rate decay: scales per variable, exact SGD / AdamW steps, accumulation."""
+"""Layer-wise learning-rate decay: scales per variable, exact steps of every optimizer (AdamW, LAMB, Lion,
+Adafactor against NumPy), accumulation."""
+
+import csv
+import json
 
 import keras
 import numpy as np
@@ -9,6 +13,7 @@ from keras_vit.cli import main
 from keras_vit.layers import ResNetV2Stem
 from keras_vit.training import layer_decay, optim, recipe, train
 from keras_vit.training.recipes import TrainConfig
+from tests.support.commands import TINY_TRAIN_FLAGS
 from tests.support.models import randomize
 
 DEPTH, DECAY = 2, 0.5
@@ -69,24 +74,56 @@ def test_sgd_step_is_scaled_per_block(rng):
         np.testing.assert_allclose(w0 - w1, 0.1 * expected_scale(v.path) * g, rtol=1e-5, atol=1e-7, err_msg=v.path)
 
 
-def test_adamw_steps_match_numpy(rng):
-    """Two AdamW steps (momentum matters in the second) against Keras' Adam formula in NumPy with
-    learning rate and decoupled weight decay both scaled per variable."""
-    lr, wd, b1, b2, eps = 0.01, 0.1, 0.9, 0.999, 1e-7
+def rms(x):
+    return np.sqrt(np.mean(np.square(x)))
+
+
+def reference_steps(name, w, grads, rate, wd, decays, b1=0.9):
+    """`name`'s weights after `grads`, from the algorithms' papers (decoupled weight decay first,
+    as Keras applies it): AdamW, LAMB (You et al.), Lion (Chen et al.: beta_2 0.99), Adafactor
+    (Shazeer and Stern: relative step, factored second moments of matrices, update clipping at 1)."""
+    m = s = r = c = 0.0
+    for t, g in enumerate(grads, 1):
+        w = w - w * wd * rate if decays else w
+        if name in ("adamw", "lamb"):
+            m, s = b1 * m + (1 - b1) * g, 0.999 * s + 0.001 * g * g
+            update = m / (1 - b1**t) / (np.sqrt(s / (1 - 0.999**t)) + 1e-7)  # LAMB's (epsilon after the correction)
+            if name == "adamw":  # Kingma and Ba's efficient form (epsilon before it), as Keras
+                update = np.sqrt(1 - 0.999**t) / (1 - b1**t) * m / (np.sqrt(s) + 1e-7)
+            ratio = 1.0
+            if name == "lamb" and np.linalg.norm(w) > 0 and np.linalg.norm(update) > 0:
+                ratio = np.linalg.norm(w) / np.linalg.norm(update)
+            w = w - rate * ratio * update
+        elif name == "lion":
+            w = w - rate * np.sign(b1 * m + (1 - b1) * g)
+            m = 0.99 * m + 0.01 * g
+        else:
+            decay, square = 1 - t**-0.8, g * g + 1e-30
+            if g.ndim >= 2:
+                r = decay * r + (1 - decay) * square.mean(-1)
+                c = decay * c + (1 - decay) * square.mean(-2)
+                v = (r / r.mean(-1, keepdims=True))[..., None] * np.expand_dims(c, -2)
+            else:
+                s = v = decay * s + (1 - decay) * square
+            u = g / np.sqrt(v)
+            w = w - max(1e-3, rms(w)) * min(rate, t**-0.5) * u / max(1.0, rms(u))
+    return w
+
+
+@pytest.mark.parametrize("name", ["adamw", "lamb", "lion", "adafactor"])
+def test_steps_match_numpy(name, rng):
+    """Two steps (the moments matter in the second) against each optimizer's formula in NumPy, with
+    the learning rate and the decoupled weight decay both scaled per variable, biases and norms not
+    decayed."""
+    lr, wd = 0.01, 0.1
     model = randomize(tiny_vit())
     scales = layer_decay.layer_scales(model, DECAY)
-    optimizer = optim.build_optimizer("adamw", lr, weight_decay=wd, clipnorm=None, lr_scales=scales)
+    optimizer = optim.build_optimizer(name, lr, weight_decay=wd, clipnorm=None, lr_scales=scales)
     grads, history = apply_random_steps(optimizer, model, 2, rng)
     for k, v in enumerate(model.trainable_variables):
-        rate = lr * expected_scale(v.path)
-        decays = not v.path.endswith(optim.NO_DECAY)
-        w, m, s = history[0][k], 0.0, 0.0
-        for t, step in enumerate(grads, 1):
-            g = step[k].astype(np.float64)
-            w = w - w * wd * rate if decays else w
-            m, s = b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g * g
-            w = w - rate * np.sqrt(1 - b2**t) / (1 - b1**t) * m / (np.sqrt(s) + eps)
-        np.testing.assert_allclose(history[2][k], w, rtol=1e-5, atol=1e-6, err_msg=v.path)
+        want = reference_steps(name, history[0][k], [step[k].astype(np.float64) for step in grads],
+                               lr * expected_scale(v.path), wd, not v.path.endswith(optim.NO_DECAY))
+        np.testing.assert_allclose(history[2][k], want, rtol=2e-5, atol=2e-6, err_msg=f"{name} {v.path}")
 
 
 @pytest.mark.parametrize("name", ["sgd", "adamw"])
@@ -162,3 +199,17 @@ def test_layer_decay_needs_a_vit():
     other = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(3)])
     with pytest.raises(ValueError, match="has no layer 'encoder'"):
         layer_decay.layer_scales(other, DECAY)
+
+
+@pytest.mark.parametrize("name", ["lamb", "lion", "adafactor"])
+def test_every_optimizer_trains_from_the_command_line(name, tmp_path):
+    """`--optimizer` with layer decay and a weight EMA (their subclasses of each optimizer): a run
+    completes, its loss finite, and its optimizer is the one named."""
+    run_dir = tmp_path / name
+    flags = ["--optimizer", name, "--layer-decay", "0.8", "--ema-decay", "0.9", "--weight-decay", "0.05"]
+    assert main(["train", "--output-dir", str(run_dir), *TINY_TRAIN_FLAGS, *flags]) == 0
+    with open(run_dir / "config.json") as handle:
+        assert json.load(handle)["optimizer"] == name
+    with open(run_dir / "log.csv") as handle:
+        losses = [float(row["loss"]) for row in csv.DictReader(handle)]
+    assert losses and np.isfinite(losses).all()
