@@ -6,6 +6,8 @@ reproducible and can be resumed at any example (RandAugment: `randaugment`); Mix
 training step (`on_step`).
 """
 
+import math
+
 import tensorflow as tf
 
 
@@ -171,3 +173,55 @@ def mix_table(seed, count, height, width, mixup_alpha, cutmix_alpha):
         lambda: _mixup_table(seed, count, mixup_alpha),
         lambda: _cutmix_table(seed, count, height, width, cutmix_alpha),
     )
+
+
+def simple_crop(image, size, seed, padding=4):
+    """DeiT III's simple random crop: the shorter side resized to `size` (`resize`), the image
+    padded by `padding` pixels reflected, a random `size` x `size` window."""
+    shape = tf.cast(tf.shape(image)[:2], tf.float32)
+    scaled = tf.maximum(tf.cast(tf.round(shape * size / tf.reduce_min(shape)), tf.int32), size)
+    image = tf.pad(resize(to_rgb(image), scaled), [[padding, padding], [padding, padding], [0, 0]], mode="REFLECT")
+    return tf.image.stateless_random_crop(image, [size, size, 3], seed)
+
+
+def simple_transform(image, seed, size, flip):
+    """`simple_crop` to `size` and an optional horizontal flip; float32 pixels in [0, 255]."""
+    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    image = simple_crop(image, size, crop_seed)
+    return tf.image.stateless_random_flip_left_right(image, flip_seed) if flip else image
+
+
+def decode(data):
+    """An encoded image, decoded whole to 3 channels."""
+    return to_rgb(tf.io.decode_image(data, channels=3, expand_animations=False))
+
+
+# timm's `RandomErasing` (Zhong et al., 2020) in its "pixel" mode: the box's area and aspect ratio.
+ERASE_AREA = (0.02, 1 / 3)
+ERASE_ASPECT = (0.3, 1 / 0.3)
+ERASE_TRIES = 10
+
+
+def random_erase(image, seed, probability):
+    """With `probability`, one box of area uniform in `ERASE_AREA` of the image's and aspect ratio
+    log-uniform in `ERASE_ASPECT` (the first of `ERASE_TRIES` draws that fits) filled with
+    per-pixel normal noise of the normalised range (`127.5 + 127.5 * N(0, 1)`, clipped)."""
+    apply_seed, area_seed, aspect_seed, place_seed, noise_seed = tf.unstack(
+        tf.random.experimental.stateless_split(seed, 5))
+    shape = tf.shape(image)
+    height, width = shape[0], shape[1]
+    area = tf.cast(height * width, tf.float32) * tf.random.stateless_uniform([ERASE_TRIES], area_seed, *ERASE_AREA)
+    aspect = tf.exp(tf.random.stateless_uniform([ERASE_TRIES], aspect_seed, *[math.log(a) for a in ERASE_ASPECT]))
+    heights = tf.cast(tf.round(tf.sqrt(area * aspect)), tf.int32)
+    widths = tf.cast(tf.round(tf.sqrt(area / aspect)), tf.int32)
+    fits = (heights < height) & (widths < width) & (heights > 0) & (widths > 0)
+    first = tf.argmax(tf.cast(fits, tf.int32))
+    box_h, box_w = heights[first], widths[first]
+    corner = tf.random.stateless_uniform([2], place_seed)
+    top = tf.cast(corner[0] * tf.cast(height - box_h + 1, tf.float32), tf.int32)
+    left = tf.cast(corner[1] * tf.cast(width - box_w + 1, tf.float32), tf.int32)
+    rows, cols = tf.range(height)[:, None], tf.range(width)[None, :]
+    inside = (rows >= top) & (rows < top + box_h) & (cols >= left) & (cols < left + box_w)
+    erase = fits[first] & (tf.random.stateless_uniform([], apply_seed) < probability)
+    noise = tf.clip_by_value(127.5 + 127.5 * tf.random.stateless_normal(tf.shape(image), noise_seed), 0.0, 255.0)
+    return tf.where((inside & erase)[..., None], noise, image)

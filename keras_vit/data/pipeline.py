@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from keras_vit.data import augment
 from keras_vit.data import randaugment
+from keras_vit.data import three_augment
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -35,6 +36,11 @@ class Augmentation:
     randaugment_factor: float = 0.5
     mixup: float = 0.0
     cutmix: float = 0.0
+    crop: str = "inception"  # or "simple" (DeiT III's `augment.simple_crop`; crop_area / crop_aspect unused)
+    three_augment: bool = False  # DeiT III's one-of-three (`three_augment.three_augment`)
+    color_jitter: float = 0.0  # brightness / contrast / saturation strength (0: off)
+    random_erasing: float = 0.0  # probability of one erased box per image (0: off)
+    repeated_augment: int = 1  # each drawn example this many times in a row, differently augmented
 
     def __post_init__(self):
         low, high = self.crop_area
@@ -113,7 +119,15 @@ def train_dataset(
         # must not mix in TensorFlow's global seed (with a global seed of 0, TF cannot even
         # take a tensor seed here).
         tf.compat.v1.get_default_graph().seed = None
-        return data.shuffle(buffer, seed=epoch * 1_000_003 + seed, reshuffle_each_iteration=False)
+        shuffled = data.shuffle(buffer, seed=epoch * 1_000_003 + seed, reshuffle_each_iteration=False)
+        repeats = augmentation.repeated_augment
+        if repeats == 1:
+            return shuffled
+        # repeated augmentation (Hoffer et al., 2020; DeiT's `RASampler`): a pass keeps its length,
+        # drawing a 1/repeats share of the examples, each `repeats` times in a row
+        copies = shuffled.take(-(-size // repeats)).flat_map(
+            lambda *e: tf.data.Dataset.from_tensors(e if len(e) > 1 else e[0]).repeat(repeats))
+        return copies.take(size)
 
     parts, part_index = part
     start *= parts  # examples of the global stream
@@ -127,15 +141,24 @@ def train_dataset(
     def example(position, element):
         key = tf.stack([tf.cast(seed, tf.int64), position])
         crop = (key, aug.image_size, aug.crop_area, aug.crop_aspect, aug.flip)
+        simple = (key, aug.image_size, aug.flip)
         if source.read:
             data, label = source.read(*element)
-            image = augment.train_transform_encoded(data, *crop)
+            image = (augment.train_transform_encoded(data, *crop) if aug.crop == "inception"
+                     else augment.simple_transform(augment.decode(data), *simple))
         else:
             image, label = source.decode(*element) if source.decode else element
-            image = augment.train_transform(image, *crop)
+            image = augment.train_transform(image, *crop) if aug.crop == "inception" else \
+                augment.simple_transform(image, *simple)
         if aug.randaugment_ops:
             ra_key = tf.random.experimental.stateless_fold_in(key, 1)
             image = randaugment.rand_augment(image, ra_key, aug.randaugment_ops, aug.randaugment_factor)
+        if aug.three_augment:
+            image = three_augment.three_augment(image, tf.random.experimental.stateless_fold_in(key, 3))
+        if aug.color_jitter:
+            image = three_augment.color_jitter(image, tf.random.experimental.stateless_fold_in(key, 4), aug.color_jitter)
+        if aug.random_erasing:
+            image = augment.random_erase(image, tf.random.experimental.stateless_fold_in(key, 5), aug.random_erasing)
         if on_step:  # pixels stay in [0, 255] through every transform
             image = tf.saturate_cast(tf.round(image), tf.uint8)
         return image, label, position

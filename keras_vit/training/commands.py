@@ -13,7 +13,7 @@ def config_from_args(args, command="train"):
     recipe of the other command), before anything heavy is imported."""
     check_recipe_command(args.recipe, command)
     overrides = {name: value for name, value in vars(args).items() if name in TrainConfig.__dataclass_fields__}
-    return recipe(args.recipe).replace(**overrides).override(args.set or [])
+    return recipe(args.recipe, **overrides).override(args.set or [])
 
 
 def _train(args):

@@ -20,6 +20,8 @@ from keras_vit.model_config import DEPTHS, SIZES, ViTConfig
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "muon", "lamb", "lion", "adafactor")
+CROPS = ("inception", "simple")
+LOSSES = ("ce", "bce")
 SCHEDULES = ("cosine", "linear", "constant")
 LR_SCALINGS = ("none", "linear", "sqrt")
 PRECISIONS = ("auto", "float32", "tf32", "mixed_bfloat16", "mixed_float16")
@@ -101,6 +103,10 @@ class _TrainFields:
         "skip", "unreadable images in a folder: skip (with a warning) or error", group=DATA,
         choices=("skip", "error"))
     image_size: int = option(224, "training / evaluation resolution (square)", group=DATA, interval=IMAGE_SIDES)
+    crop: str = option(
+        "inception", "training crop: inception (random area / aspect, crop_area and crop_aspect) or simple "
+        "(DeiT III: the shorter side resized, 4 pixels reflected around, a random square)", group=DATA,
+        choices=CROPS)
     crop_area: tuple = option(
         (0.05, 1.0), "inception crop: min,max fraction of the image area", group=DATA, metavar="MIN,MAX",
         check=fields.numbers_tuple("crop_area", 2, "min,max fraction of the image area"))
@@ -113,6 +119,17 @@ class _TrainFields:
         interval="(0, 1]")
     randaugment_ops: int = option(0, "RandAugment operations per image (0: off)", group=DATA, interval="[0, inf)")
     randaugment_factor: float = option(0.5, "RandAugment strength in [0, 1]", group=DATA, interval="[0, 1]")
+    three_augment: bool = option(
+        False, "DeiT III's 3-Augment: one of grayscale, solarisation, Gaussian blur per image", group=DATA)
+    color_jitter: float = option(
+        0.0, "brightness, contrast and saturation jitter strength (0: off; DeiT III 0.3)", group=DATA,
+        interval="[0, 1)")
+    random_erasing: float = option(
+        0.0, "probability of erasing one random box per image with noise (0: off; DeiT 0.25)", group=DATA,
+        interval="[0, 1]")
+    repeated_augment: int = option(
+        1, "repeated augmentation: each drawn image this many times per batch stream, differently augmented "
+        "(1: off; DeiT 3)", group=DATA, interval="[1, 16]")
     mixup: float = option(0.0, "MixUp alpha (0: off; DeiT 0.8)", group=DATA, interval="[0, 100]")
     cutmix: float = option(0.0, "CutMix alpha (0: off; DeiT 1.0)", group=DATA, interval="[0, 100]")
     shuffle_buffer: int = option(10_000, "shuffle buffer (examples)", group=DATA, interval="[1, inf)")
@@ -202,6 +219,9 @@ class _TrainFields:
         "(e.g. 0.999); validation, best.keras and the final model use it (0: off)", group=OPTIMISATION,
         interval="[0, 1)")
     label_smoothing: float = option(0.0, "label smoothing", group=OPTIMISATION, interval="[0, 1)")
+    loss: str = option(
+        "ce", "ce (softmax cross-entropy) or bce (binary cross-entropy of each class on the one-hot or mixed "
+        "targets, DeiT III)", group=OPTIMISATION, choices=LOSSES)
 
     mask_rate: float = option(0.5, "fraction of the patches corrupted", group=PRETRAIN, interval="(0, 1]")
     mask_split: tuple = option(
@@ -252,6 +272,8 @@ class _TrainFields:
         if self.layer_decay is not None and self.optimizer == "muon":
             raise ValueError("layer_decay works with every optimizer but muon (sgd, adam, adamw, lamb, lion, adafactor); "
                              "set layer_decay=none.")
+        if self.loss == "bce" and self.label_smoothing:
+            raise ValueError("loss=bce takes no label_smoothing (DeiT III trains without it); set label_smoothing=0.")
         if self.lora_rank and self.linear_probe:
             raise ValueError("lora_rank and linear_probe exclude each other: LoRA trains the head too.")
         if self.tensorboard and self.output_dir and not _is_utf8(self.output_dir):
@@ -271,11 +293,15 @@ class _TrainFields:
     def _check_naflex(self):
         unsupported = {"class_token": self.class_token, "pooling=token": self.pooling == "token",
                        "mixup": self.mixup, "cutmix": self.cutmix, "randaugment_ops": self.randaugment_ops,
+                       "crop=simple": self.crop == "simple", "three_augment": self.three_augment,
+                       "color_jitter": self.color_jitter, "random_erasing": self.random_erasing,
+                       "repeated_augment": self.repeated_augment > 1,
                        "fewshot_every": self.fewshot_every}
         given = [name for name, value in unsupported.items() if value]
         if given:
             raise ValueError(f"naflex_seq_lens trains a NaFlex model, which takes no {', '.join(given)}: set "
-                             "class_token=false, pooling=avg, mixup=0, cutmix=0, randaugment_ops=0, fewshot_every=0.")
+                             "class_token=false, pooling=avg, mixup=0, cutmix=0, randaugment_ops=0, fewshot_every=0 and leave the "
+                             "crop, three_augment, color_jitter, random_erasing and repeated_augment at their defaults.")
 
     @property
     def writes_tensorboard(self):

@@ -339,6 +339,11 @@ def make_augmentation(config):
         randaugment_factor=config.randaugment_factor,
         mixup=config.mixup,
         cutmix=config.cutmix,
+        crop=config.crop,
+        three_augment=config.three_augment,
+        color_jitter=config.color_jitter,
+        random_erasing=config.random_erasing,
+        repeated_augment=config.repeated_augment,
     )
 
 

@@ -50,19 +50,22 @@ def build_model(config, num_classes):
     )
 
 
-def loss_and_metrics(num_classes, one_hot, from_logits, label_smoothing):
+def loss_and_metrics(num_classes, one_hot, from_logits, label_smoothing, loss="ce"):
+    """The loss ("ce", or "bce" on one-hot targets) and the accuracy metrics."""
     k = min(5, num_classes)
     if one_hot:
-        loss = keras.losses.CategoricalCrossentropy(from_logits=from_logits, label_smoothing=label_smoothing,
-                                                    reduction="mean_with_sample_weight")
         metrics = [keras.metrics.CategoricalAccuracy(name="accuracy"), keras.metrics.TopKCategoricalAccuracy(k, name="top5")]
     else:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits, reduction="mean_with_sample_weight")
         metrics = [
             keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
             keras.metrics.SparseTopKCategoricalAccuracy(k, name="top5"),
         ]
-    return loss, metrics
+    if loss == "bce":
+        return keras.losses.BinaryCrossentropy(from_logits=from_logits, reduction="mean_with_sample_weight"), metrics
+    if one_hot:
+        return keras.losses.CategoricalCrossentropy(from_logits=from_logits, label_smoothing=label_smoothing,
+                                                    reduction="mean_with_sample_weight"), metrics
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits, reduction="mean_with_sample_weight"), metrics
 
 
 class Classification(engine.Task):
@@ -82,9 +85,9 @@ class Classification(engine.Task):
             raise ValueError(
                 f"The model takes {tuple(model.inputs[0].shape[1:])} images but image_size={config.image_size}."
             )
-        one_hot = config.label_smoothing > 0 or augmentation.mixes_labels
+        one_hot = config.label_smoothing > 0 or augmentation.mixes_labels or config.loss == "bce"
         logits, from_logits = logits_output(model)
-        loss, metrics = loss_and_metrics(source.num_classes, one_hot, from_logits, config.label_smoothing)
+        loss, metrics = loss_and_metrics(source.num_classes, one_hot, from_logits, config.label_smoothing, config.loss)
         compiled = dict(loss=loss, weighted_metrics=metrics)
         if is_naflex(model):  # the host makes the finished NaFlex batches (`keras_vit.data.naflex`)
             train_model = (packing.packed_model(model, logits=True) if config.naflex_pack

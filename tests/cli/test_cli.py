@@ -123,7 +123,7 @@ def test_every_option_shows_what_it_takes(capsys):
     text = _help(capsys, "train")
     assert " VALUE" not in text  # the old placeholder of every option
     for shown in (
-        "--optimizer {sgd,adam,adamw,muon}", "--epochs INT", "--clipnorm FLOAT|none", "--flip true|false",
+        "--optimizer {sgd,adam,adamw,muon,lamb,lion,adafactor}", "--epochs INT", "--clipnorm FLOAT|none", "--flip true|false",
         "--data NAME|DIR|FILE", "--output-dir DIR", "--crop-area MIN,MAX", "--schedule {cosine,linear,constant}",
         "--precision {auto,float32,tf32,mixed_bfloat16,mixed_float16}", "--on-corrupt {skip,error}",
     ):
@@ -151,7 +151,7 @@ def test_parsed_options_override_the_recipe():
     "args, message",
     [
         (["train", "--epochs", "x"], "argument --epochs: Bad value for epochs: 'x'"),
-        (["train", "--optimizer", "lion"], "argument --optimizer: invalid choice: 'lion'"),
+        (["train", "--optimizer", "nadam"], "argument --optimizer: invalid choice: 'nadam'"),
         (["train", "--set", "epochs=0"], "keras-vit train: error: epochs=0 must be in [1, 1000000000]."),
         (["train", "--image-size", "100000"], "image_size=100000 must be in [1, 16384]"),
         (["train", "--hidden-dim", "1000000000"], "hidden_dim=1000000000 must be in [1, 262144]"),
