@@ -30,8 +30,16 @@ STARTUP_NOISE = re.compile(r"WARNING: All log messages before absl::InitializeLo
 BACKEND_EXTRAS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose refusal is one line (what was wrong, and where to read what is
+    accepted), exit code 2; argparse's own prints the whole usage first."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="keras-vit",
         description="Vision Transformers for Keras 3 (backend from KERAS_BACKEND).",
     )

@@ -163,6 +163,8 @@ def test_bad_values_exit_2_before_anything_heavy_is_imported(args, message):
     proc, imported = keras_vit_command(*args, hide_tensorflow=True)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
+    said = [line for line in proc.stderr.splitlines() if not line.startswith("IMPORTED ")]  # the harness's own
+    assert len(said) == 1, proc.stderr  # one line, not argparse's usage first
     assert imported == {"keras": False, "tensorflow": False}
 
 
