@@ -445,7 +445,7 @@ def known_num_heads(hidden_dim):
     """The head count of the named models of width `hidden_dim` (`list_models()`: the paper's
     and the families', which agree on it, e.g. 16 for SigLIP So400m's 1152), else None: no
     guess from the width alone (So400m's heads are 72 wide, not 64)."""
-    from keras_vit.family_variants import FAMILIES
+    from keras_vit.families import FAMILIES
 
     counts = {arch["num_heads"] for arch in (*VARIANTS.values(), *FAMILIES.values()) if arch["hidden_dim"] == hidden_dim}
     return counts.pop() if len(counts) == 1 else None

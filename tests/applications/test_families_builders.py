@@ -7,7 +7,7 @@ import math
 import pytest
 
 import keras_vit
-from keras_vit.family_variants import FAMILIES
+from keras_vit.families import FAMILIES
 from tests.support.models import shapes_only
 from tests.support.timm_rope_vit import eva02_shapes
 from tests.support.timm_rope_vit import shapes as rope_vit_shapes
