@@ -1,15 +1,14 @@
 """The Vision Transformer builder, `named_builder` (the one generator of the named builders:
 variants, families, hybrid) and the paper's variants, with the `keras.applications` signature."""
 
-import dataclasses
 import inspect
 import textwrap
 
 import keras
 
 from keras_vit.architecture import build_model, image_shape
-from keras_vit.model_config import INPUTS, SIGNATURE, ViTConfig, arguments_doc
-from keras_vit.variants import LAYER_NORM_EPSILON, VARIANTS
+from keras_vit.model_config import INPUTS, SIGNATURE, ViTConfig, arguments_doc, resolve_own
+from keras_vit.variants import VARIANTS
 from keras_vit.weights import build_with_weights, registry
 
 
@@ -32,13 +31,7 @@ def VisionTransformer(*args, **kwargs):
     if config.include_top:
         _validate_activation(config.classifier_activation)
     if weights is None:
-        config = dataclasses.replace(
-            config,
-            approximate_gelu=True if config.approximate_gelu is None else config.approximate_gelu,
-            quick_gelu=bool(config.quick_gelu),
-            layer_norm_epsilon=LAYER_NORM_EPSILON if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
-            num_registers=config.num_registers or 0,
-        )
+        config = resolve_own(config)
         shape = image_shape(input_shape, input_tensor, config.stride, need_rgb=False)
         return build_model(config, shape, input_tensor)
     if input_shape is not None or input_tensor is not None:
