@@ -9,7 +9,7 @@ model, so that `--help` and `list-models` start without Keras (and TensorFlow).
 import os
 import sys
 
-from keras_vit.family_variants import FAMILIES
+from keras_vit.families import FAMILIES, HYBRIDS, VARIANTS
 from keras_vit.variants import list_models
 from keras_vit.lazy_imports import lazy_package
 
@@ -26,14 +26,8 @@ _EXPORTS = {
     "naflex_inputs": "keras_vit.naflex",
     "ImageTextModel": "keras_vit.text.image_text",
     "text": "keras_vit.text",
-    **dict.fromkeys(FAMILIES, "keras_vit.applications"),
-    **{
-        name: "keras_vit.applications"
-        for name in [
-            "R50ViTB16", "VARIANTS", "ViTB16", "ViTB32", "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32",
-            "ViTTi16", "VisionTransformer", "decode_predictions", "preprocess_input",
-        ]
-    },
+    **dict.fromkeys([*VARIANTS, *HYBRIDS, *FAMILIES, "VARIANTS", "VisionTransformer", "decode_predictions",
+                     "preprocess_input"], "keras_vit.applications"),
 }
 __all__ = ["list_models"]
 lazy_package(__name__, _EXPORTS)

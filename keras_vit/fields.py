@@ -97,21 +97,27 @@ def validate(config):
     check, else its type; choices; interval) and stores the normalised values (frozen
     dataclasses too); raises ValueError (one line)."""
     for field in dataclasses.fields(config):
-        value, meta = getattr(config, field.name), field.metadata
-        kinds = _kinds(type(config), field.name)
-        if value is None and type(None) in kinds:
-            continue
-        if meta.get("check"):  # it checks the type too
-            value = meta["check"](value)
-        elif not any(_is_kind(value, kind) for kind in kinds):
-            raise ValueError(f"{field.name}={value!r} must be {_type_name(kinds)}.")
-        if isinstance(value, os.PathLike):
-            value = os.fspath(value)
-        if meta.get("choices") is not None and value not in meta["choices"]:
-            raise ValueError(f"Unknown {field.name}={value!r}; expected one of {', '.join(map(str, meta['choices']))}.")
-        if meta.get("interval"):
-            check_range(field.name, value, meta["interval"])
-        object.__setattr__(config, field.name, value)
+        object.__setattr__(config, field.name, check_value(type(config), field.name, getattr(config, field.name)))
+
+
+def check_value(cls, name, value):
+    """`value` of the field `name` of the dataclass `cls`, checked against its declaration and
+    normalised; raises ValueError (one line) naming the field, the value and what is accepted."""
+    meta = cls.__dataclass_fields__[name].metadata
+    kinds = _kinds(cls, name)
+    if value is None and type(None) in kinds:
+        return None
+    if meta.get("check"):  # it checks the type too
+        value = meta["check"](value)
+    elif not any(_is_kind(value, kind) for kind in kinds):
+        raise ValueError(f"{name}={value!r} must be {_type_name(kinds)}.")
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if meta.get("choices") is not None and value not in meta["choices"]:
+        raise ValueError(f"Unknown {name}={value!r}; expected one of {', '.join(map(str, meta['choices']))}.")
+    if meta.get("interval"):
+        check_range(name, value, meta["interval"])
+    return value
 
 
 def relayed(config, to):

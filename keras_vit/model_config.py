@@ -21,7 +21,7 @@ from keras_vit import fields, interpolation
 from keras_vit.fields import option
 from keras_vit.limits import MAX_DEPTH, MAX_DIMENSION
 from keras_vit.preprocessing import check_name
-from keras_vit.variants import ARCHITECTURE_KEYS
+from keras_vit.variants import ARCHITECTURE_KEYS, LAYER_NORM_EPSILON
 
 POOLINGS = ("token", "avg", "map")
 POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope")
@@ -265,6 +265,35 @@ class ViTConfig:
     def architecture(self):
         """The five numbers of `VARIANTS` entries."""
         return {key: getattr(self, key) for key in ARCHITECTURE_KEYS}
+
+
+# The fields whose None means "the checkpoint's own": the value without one.
+OWN_DEFAULTS = {"approximate_gelu": True, "quick_gelu": False, "layer_norm_epsilon": LAYER_NORM_EPSILON,
+                "num_registers": 0}
+# What a checkpoint records that makes another model: a builder given other values refuses it.
+RECORDED_ARCHITECTURE = ("rope_theta", "rope_form", "rope_indexing", "rope_reference_grid", "key_bias", "naflex",
+                         "sincos_form")
+
+
+def resolve_own(config, recorded=None, source="the checkpoint"):
+    """`config` with "the checkpoint's own" resolved, the one place it is: each field left None
+    takes the value `recorded` (the checkpoint's `options`, ViTConfig field -> value) gives, else
+    its `OWN_DEFAULTS` one; a field of `RECORDED_ARCHITECTURE` set otherwise than `recorded` is
+    refused in one line naming both values (ValueError)."""
+    recorded = {k: v for k, v in (recorded or {}).items() if v is not None}
+    for name in RECORDED_ARCHITECTURE:
+        if name in recorded and _differ(getattr(config, name), recorded[name]):
+            raise ValueError(f"{source} records {name}={recorded[name]!r}; the model has {name}={getattr(config, name)!r} "
+                             f"(build it with {name}={recorded[name]!r}, or leave it out).")
+    own = {name: recorded.get(name, default) for name, default in
+           {**OWN_DEFAULTS, "preprocessing": None, "interpolation": None}.items() if getattr(config, name) is None}
+    return dataclasses.replace(config, **own)
+
+
+def _differ(value, recorded):
+    if isinstance(recorded, (tuple, list)):
+        return value is None or tuple(value) != tuple(recorded)
+    return value != recorded
 
 
 # The builder arguments that are not configuration: `(name, meaning)`, all defaulting to None.

@@ -46,6 +46,8 @@ QUICK = (
     "tests/layers/test_forward.py::test_logits_match_numpy_reference",
     "tests/layers/test_forward.py::test_layer_config_round_trip",
     "tests/applications/test_builders.py",
+    "tests/training/test_family_models.py::test_an_unknown_model_is_refused_listing_what_is_accepted",
+    "tests/weights/test_recorded_options.py::test_metadata_holds_config_fields_checked_by_their_declarations",
     "tests/applications/test_families_builders.py::test_parameter_counts_match_the_references",
     "tests/applications/test_hybrid.py::test_stem_rejects_bad_configs",
     "tests/weights/test_table.py::test_table_expands_found_indices_both_ways_and_names_what_is_wrong",

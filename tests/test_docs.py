@@ -109,7 +109,8 @@ def test_every_name_the_docs_give_exists():
 
 def test_the_field_table_is_current():
     sys.path.insert(0, str(REPO / "scripts"))
-    from update_docs import PAGE, updated
+    from update_docs import FAMILIES_PAGE, PAGE, updated
 
-    text = PAGE.read_text()
-    assert "<!-- fields:start -->" in text and updated(text) == text, "stale: run python scripts/update_docs.py"
+    for page, region in ((PAGE, "fields"), (FAMILIES_PAGE, "models")):
+        text = page.read_text()
+        assert f"<!-- {region}:start -->" in text and updated(text) == text, "stale: run python scripts/update_docs.py"

@@ -105,7 +105,7 @@ def test_no_import_cycles():
 # imports only from its own floor and those below (the package's `__init__`, which exports names
 # lazily, stands above them all).
 FLOORS = (
-    ("fields", "files", "lazy_imports", "limits", "matmul_precision", "patch_grid", "preprocessing", "family_variants",
+    ("fields", "files", "lazy_imports", "limits", "matmul_precision", "patch_grid", "preprocessing", "families",
      "interpolation", "torch_compile", "images", "heads", "naflex"),
     ("variants", "guard", "imagenet", "model_config"),
     ("layers",),

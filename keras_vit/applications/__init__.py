@@ -1,6 +1,6 @@
 """Model builders with the `keras.applications` conventions (imported on first use)."""
 
-from keras_vit.family_variants import FAMILIES
+from keras_vit.families import FAMILIES, VARIANTS
 from keras_vit.lazy_imports import lazy_package
 
 _EXPORTS = {
@@ -10,9 +10,6 @@ _EXPORTS = {
     **dict.fromkeys(FAMILIES, "keras_vit.applications.families"),
     "decode_predictions": "keras_vit.imagenet",
     "preprocess_input": "keras_vit.imagenet",
-    **dict.fromkeys(
-        ["ViTB16", "ViTB32", "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16", "VisionTransformer"],
-        "keras_vit.applications.vision_transformer",
-    ),
+    **dict.fromkeys([*VARIANTS, "VisionTransformer"], "keras_vit.applications.vision_transformer"),
 }
 lazy_package(__name__, _EXPORTS)

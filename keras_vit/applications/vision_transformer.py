@@ -1,16 +1,15 @@
 """The Vision Transformer builder, `named_builder` (the one generator of the named builders:
 variants, families, hybrid) and the paper's variants, with the `keras.applications` signature."""
 
-import dataclasses
 import inspect
 import textwrap
 
 import keras
 
 from keras_vit.architecture import build_model, image_shape
-from keras_vit.model_config import INPUTS, SIGNATURE, ViTConfig, arguments_doc
-from keras_vit.variants import LAYER_NORM_EPSILON, VARIANTS
-from keras_vit.weights import build_with_weights
+from keras_vit.model_config import INPUTS, SIGNATURE, ViTConfig, arguments_doc, resolve_own
+from keras_vit.variants import VARIANTS
+from keras_vit.weights import build_with_weights, registry
 
 
 def _validate_activation(classifier_activation):
@@ -32,13 +31,7 @@ def VisionTransformer(*args, **kwargs):
     if config.include_top:
         _validate_activation(config.classifier_activation)
     if weights is None:
-        config = dataclasses.replace(
-            config,
-            approximate_gelu=True if config.approximate_gelu is None else config.approximate_gelu,
-            quick_gelu=bool(config.quick_gelu),
-            layer_norm_epsilon=LAYER_NORM_EPSILON if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
-            num_registers=config.num_registers or 0,
-        )
+        config = resolve_own(config)
         shape = image_shape(input_shape, input_tensor, config.stride, need_rgb=False)
         return build_model(config, shape, input_tensor)
     if input_shape is not None or input_tensor is not None:
@@ -85,19 +78,21 @@ def named_builder(name, defaults, doc, module, input_size=None, prepare=None):
     return builder
 
 
-def _variant(variant_name, model_name):
+def weights_doc(model):
+    """The docstring paragraph naming the named weights of the model `model` (its family file's entries)."""
+    names = [entry.name for entry in registry.entries(model)]
+    if not names:
+        return "No named weights: `weights=` takes a checkpoint path."
+    return "Named weights (`keras_vit.list_weights(%r)`): %s." % (model, ", ".join(names))
+
+
+def _variant(variant_name):
     arch = VARIANTS[variant_name]
     doc = (f"ViT-{variant_name[3:-2]}/{arch['patch_size']}: width {arch['hidden_dim']}, depth {arch['depth']}, "
-           f"{arch['num_heads']} heads, MLP {arch['mlp_dim']}.\n\n"
+           f"{arch['num_heads']} heads, MLP {arch['mlp_dim']}.\n\n{weights_doc(variant_name)}\n\n"
            "Takes the arguments of `VisionTransformer` except the architecture.")
-    return named_builder(variant_name, {**arch, "name": model_name}, doc, __name__)
+    return named_builder(variant_name, {**arch, "name": "vit_" + variant_name[3:].lower()}, doc, __name__)
 
 
-ViTTi16 = _variant("ViTTi16", "vit_ti16")
-ViTS16 = _variant("ViTS16", "vit_s16")
-ViTS32 = _variant("ViTS32", "vit_s32")
-ViTB16 = _variant("ViTB16", "vit_b16")
-ViTB32 = _variant("ViTB32", "vit_b32")
-ViTL16 = _variant("ViTL16", "vit_l16")
-ViTL32 = _variant("ViTL32", "vit_l32")
-ViTH14 = _variant("ViTH14", "vit_h14")
+# The paper's variants (`families.vit.MODELS`): ViTTi16, ViTS16, ViTS32, ViTB16, ViTB32, ViTL16, ViTL32, ViTH14.
+globals().update({name: _variant(name) for name in VARIANTS})

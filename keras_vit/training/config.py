@@ -17,7 +17,7 @@ from keras_vit.limits import MAX_PIXELS
 from keras_vit.naflex import check_seq_lens
 from keras_vit.lora.targets import LORA_TARGETS, parse_lora_targets  # noqa: F401  (part of this module's interface)
 from keras_vit.model_config import DEPTHS, SIZES, ViTConfig
-from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS
+from keras_vit.variants import ARCHITECTURE_KEYS, FAMILIES, VARIANTS, list_models
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "muon", "lamb", "lion", "adafactor")
 CROPS = ("inception", "simple")
@@ -137,18 +137,20 @@ class _TrainFields:
     seed: int = option(0, "random seed", group=DATA, interval="[0, inf)")
 
     model: str = option(
-        "ViTB16", "a variant (ViTTi16 ... ViTH14) or 'custom' (then give patch_size ... mlp_dim)", group=MODEL,
-        choices=(*VARIANTS, "custom"))
+        "ViTB16", "a named model (`keras-vit list-models`: the paper's ViTTi16 ... ViTH14, R50ViTB16, and every "
+        "family's, e.g. DINOv2S14, SigLIPB16, CLIPB16) or 'custom' (then give patch_size ... mlp_dim); the fields "
+        "below override its architecture", group=MODEL, choices=(*list_models(), "custom"), metavar="NAME")
     patch_size: Optional[int] = option(None, "architecture override", group=MODEL, interval=SIZES)
     hidden_dim: Optional[int] = option(None, "architecture override", group=MODEL, interval=SIZES)
     depth: Optional[int] = option(None, "architecture override", group=MODEL, interval=DEPTHS)
     num_heads: Optional[int] = option(None, "architecture override", group=MODEL, interval=SIZES)
     mlp_dim: Optional[int] = option(None, "architecture override", group=MODEL, interval=SIZES)
-    pooling: str = option("token", "token (class token) or avg (mean of the patch tokens)", group=MODEL,
-                          choices=("token", "avg"))
-    class_token: bool = option(
-        True, "prepend the class token (false: the paper's class-token-free model, App. D.3; pool with avg)",
-        group=MODEL)
+    pooling: Optional[str] = option(
+        None, "token (class token) or avg (mean of the patch tokens); none: the model's own (its class token if it "
+        "has one, else the mean; SigLIP's MAP head)", group=MODEL, choices=("token", "avg"))
+    class_token: Optional[bool] = option(
+        None, "prepend the class token (false: the paper's class-token-free model, App. D.3; pool with avg); none: "
+        "the model's own (the paper's variants have one)", group=MODEL)
     naflex_seq_lens: Optional[tuple] = option(
         None, "train a NaFlex model (naflex=True; needs class_token=false and pooling avg) on images at their own "
         "aspect ratio: each batch draws its patch budget from these and holds batch_size*max/budget images "
@@ -291,7 +293,9 @@ class _TrainFields:
             )
 
     def _check_naflex(self):
-        unsupported = {"class_token": self.class_token, "pooling=token": self.pooling == "token",
+        class_token = self.architecture().get("class_token", True)
+        pooling = self.head_pooling or ("token" if class_token else "avg")
+        unsupported = {"class_token": class_token, "pooling=token": pooling == "token",
                        "mixup": self.mixup, "cutmix": self.cutmix, "randaugment_ops": self.randaugment_ops,
                        "crop=simple": self.crop == "simple", "three_augment": self.three_augment,
                        "color_jitter": self.color_jitter, "random_erasing": self.random_erasing,
@@ -318,10 +322,18 @@ class _TrainFields:
         return self.output_dir or os.path.join("runs", self.recipe)
 
     def architecture(self):
-        """The builder arguments of the model: the variant's, with any field given here."""
-        arch = dict(VARIANTS[self.model]) if self.model in VARIANTS else {}
-        arch.update({key: getattr(self, key) for key in ARCHITECTURE_KEYS if getattr(self, key) is not None})
-        return {**arch, "class_token": self.class_token}
+        """The builder arguments of the model: the named model's (its family file's, `families.MODELS`), with
+        any field given here; the class token where set."""
+        named = {key: value for key, value in dict(FAMILIES.get(self.model) or VARIANTS.get(self.model) or {}).items()
+                 if key not in NOT_ARCHITECTURE}
+        named.update({key: getattr(self, key) for key in ARCHITECTURE_KEYS if getattr(self, key) is not None})
+        return {**named, **({} if self.class_token is None else {"class_token": self.class_token})}
+
+    @property
+    def head_pooling(self):
+        """The pooling the classification head reads: this run's, else the named model's own (None: the
+        builder's choice, the class token if any, else the mean)."""
+        return self.pooling or FAMILIES.get(self.model, {}).get("pooling")
 
     def model_options(self):
         """The builder options of `MODEL_OPTIONS` this run sets (the others: the variant's or the weights' own)."""
@@ -331,7 +343,7 @@ class _TrainFields:
         """Raises the builder's one-line ValueError for a combination it refuses (e.g. patch_drop_rate with rope)."""
         if self.model_options():
             naflex = {"naflex": True, "class_token": False} if self.naflex_seq_lens else {}
-            ViTConfig(**{**self.architecture(), **naflex}, pooling=self.pooling, **self.model_options())
+            ViTConfig(**{**self.architecture(), **naflex}, pooling=self.head_pooling, **self.model_options())
 
     def replace(self, **overrides):
         """A copy with `overrides` (field names) applied and validated."""
@@ -355,6 +367,9 @@ class _TrainFields:
     def to_dict(self):
         return dataclasses.asdict(self)
 
+
+# The entries of a named model's table that a run sets itself (input size, scaling, head).
+NOT_ARCHITECTURE = ("input_size", "preprocessing", "include_top", "pooling")
 
 # The builder options a run may set (`--qk-norm true`, `--set norm=rmsnorm`), each declared once in
 # `model_config.ViTConfig`: a field here has its help, accepted values and check, and defaults to None

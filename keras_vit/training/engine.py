@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 import keras
 
 from keras_vit import run_folder
+from keras_vit import applications
 from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.files import regular_file, write_json, write_text
 from keras_vit.data import naflex as naflex_pipeline, pipeline
@@ -116,9 +117,11 @@ class Run:
 
 def build_vit(config, **head):
     """The ViT `config` describes (architecture, input size, regularisation, weights, remat),
-    with the builder arguments of its `head` (`include_top`, `pooling`, `classes`, ...)."""
+    with the builder arguments of its `head` (`include_top`, `pooling`, `classes`, ...): a named
+    model's builder (its family's options), or `VisionTransformer` for model 'custom'."""
     size = config.image_size
-    return VisionTransformer(
+    builder = VisionTransformer if config.model == "custom" else getattr(applications, config.model)
+    return builder(
         **config.architecture(),
         weights=config.weights,
         input_shape=(size, size, 3),

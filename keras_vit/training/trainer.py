@@ -45,7 +45,7 @@ def is_naflex(model):
 def build_model(config, num_classes):
     """The ViT of `config` with a `num_classes` head (softmax output), pretrained if `weights`."""
     return engine.build_vit(
-        config, include_top=True, pooling=config.pooling, classes=num_classes, classifier_activation="softmax",
+        config, include_top=True, pooling=config.head_pooling, classes=num_classes, classifier_activation="softmax",
         representation_size=config.representation_size,
     )
 

@@ -8,7 +8,7 @@ import numpy as np
 from keras_vit.architecture import build_model, image_shape
 from keras_vit.interpolation import DEFAULT
 from keras_vit.layers.position_embedding import resize_position_embedding
-from keras_vit.variants import LAYER_NORM_EPSILON
+from keras_vit.model_config import resolve_own
 from keras_vit.weights import stems, variables
 from keras_vit.weights.canonical import ATTN, FC_NORM, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS, PROJECTION
 from keras_vit.weights.lazy import LazyArray
@@ -163,19 +163,11 @@ def build_from_checkpoint(config, ckpt, interpolation=None, input_shape=None, in
     of the position embeddings (its library's; `interpolation`, else `config.interpolation`, chooses
     another). Another patch size than the checkpoint's resizes the patch embedding (FlexiViT,
     as that library does) and, at the same resolution, the position embeddings."""
-    if config.num_registers is None:
-        config = dataclasses.replace(config, num_registers=ckpt.num_registers)
+    config = resolve_own(config, {**ckpt.options, "num_registers": ckpt.num_registers,
+                                  "interpolation": interpolation or ckpt.interpolation}, f"Checkpoint {ckpt.path}")
+    if interpolation:
+        config = dataclasses.replace(config, interpolation=interpolation)
     check_architecture(ckpt, config)
-    config = dataclasses.replace(
-        config,
-        approximate_gelu=(True if ckpt.approximate_gelu is None else ckpt.approximate_gelu)
-        if config.approximate_gelu is None else config.approximate_gelu,
-        quick_gelu=bool(ckpt.quick_gelu) if config.quick_gelu is None else config.quick_gelu,
-        layer_norm_epsilon=(ckpt.layer_norm_epsilon or LAYER_NORM_EPSILON)
-        if config.layer_norm_epsilon is None else config.layer_norm_epsilon,
-        preprocessing=config.preprocessing or ckpt.preprocessing,
-        interpolation=interpolation or config.interpolation or ckpt.interpolation,
-    )
     default_size = tuple(g * ckpt.patch_size * (config.stride // config.patch_size) for g in ckpt.patch_grid)
     if input_shape is None and input_tensor is None:
         input_shape = (*default_size, ckpt.channels if config.stem is None else 3)

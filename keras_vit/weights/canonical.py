@@ -8,8 +8,8 @@ import numbers
 from typing import Optional
 
 from keras_vit import limits
-from keras_vit.interpolation import INTERPOLATIONS
-from keras_vit.model_config import ROPE_FORMS, ROPE_INDEXINGS, SINCOS_FORMS
+from keras_vit.fields import check_value
+from keras_vit.model_config import ViTConfig
 from keras_vit.patch_grid import grid_size_of
 from keras_vit.variants import VARIANTS
 from keras_vit.weights import stems
@@ -59,37 +59,31 @@ DEFAULT_SIZE = 224
 _QUERY = Template(ATTN + "query/kernel")
 
 
-@dataclasses.dataclass(frozen=True)
-class Metadata:
-    """What a checkpoint records besides its tensors (None: not recorded). `approximate_gelu`:
-    the GELU it was trained / run with; `grid`: its patch grid `(rows, columns)`; `pooling`:
-    what its head reads, "token" (the class token) or "avg" (the mean of the patch tokens);
-    `preprocessing`: the scaling its inputs get (a name of `keras_vit.preprocessing`);
-    `interpolation`: how its library resizes the position embeddings (a name of
-    `keras_vit.interpolation.INTERPOLATIONS`), where the file says (else its format's).
-    `rope_theta`: the period of its rotary position embeddings (rope models only); `key_bias`:
-    False where its attention keys have no bias (DINOv3); `naflex`: True for a NaFlex model
-    (patches, spatial shapes and mask in; SigLIP 2); `rope_form`: the rotary form
-    (`keras_vit.layers.rope.FORMS`) where it is not DINOv3's; `sincos_form`: the frequencies of
-    its fixed sin-cos embeddings (`ViTConfig.sincos_form`) where they are not big_vision's;
-    `rope_indexing` / `rope_reference_grid`: the axial form's grid order and reference grid (EVA-02: "ij", (16, 16)).
-    `quick_gelu`: True where its MLPs run `x * sigmoid(1.702 x)` (OpenAI CLIP), False where GELU."""
+# The builder arguments a checkpoint may record besides its tensors: every `ViTConfig` field.
+CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(ViTConfig))
 
-    approximate_gelu: Optional[bool] = None
-    num_heads: Optional[int] = None
-    grid: Optional[tuple] = None
-    layer_norm_epsilon: Optional[float] = None
-    pooling: Optional[str] = None
-    preprocessing: Optional[str] = None
-    interpolation: Optional[str] = None
-    rope_theta: Optional[float] = None
-    key_bias: Optional[bool] = None
-    naflex: Optional[bool] = None
-    rope_form: Optional[str] = None
-    sincos_form: Optional[str] = None
-    rope_indexing: Optional[str] = None
-    rope_reference_grid: Optional[tuple] = None
-    quick_gelu: Optional[bool] = None
+
+class Metadata:
+    """What a checkpoint records besides its tensors: its attention `num_heads`, its patch `grid`
+    `(rows, columns)`, and `options`, builder arguments named as the `ViTConfig` fields they are
+    (e.g. `approximate_gelu`, `layer_norm_epsilon`, `rope_theta`, `quick_gelu`, `preprocessing`,
+    `interpolation`: how its library resizes the position embeddings); None: not recorded."""
+
+    def __init__(self, num_heads=None, grid=None, **options):
+        unknown = sorted(set(options) - CONFIG_FIELDS)
+        if unknown:
+            raise TypeError(f"Metadata: {unknown} are not ViTConfig fields.")
+        self.num_heads, self.grid = num_heads, grid
+        self.options = {name: value for name, value in options.items() if value is not None}
+
+    def __getattr__(self, name):
+        if name in CONFIG_FIELDS:
+            return self.__dict__.get("options", {}).get(name)
+        raise AttributeError(name)
+
+    def replace(self, grid=None, **options):
+        """A copy with `grid` and `options` (ViTConfig fields) recorded too."""
+        return Metadata(self.num_heads, grid or self.grid, **{**self.options, **options})
 
 
 def _is_count(value):
@@ -97,9 +91,8 @@ def _is_count(value):
 
 
 def check_metadata(meta, path):
-    """Raises ValueError (one line naming `path`) unless each value `meta` records has the
-    right type and range: heads a whole number >= 1, the grid two of them, the LayerNorm
-    epsilon a finite number > 0, the GELU flag a bool, the pooling "token" or "avg"."""
+    """Raises ValueError (one line naming `path`) unless each value `meta` records is valid: heads
+    a whole number >= 1, the grid two of them, each option as its `ViTConfig` field declares."""
     problems = []
     if meta.num_heads is not None and not _is_count(meta.num_heads):
         problems.append(f"num_heads={meta.num_heads!r} (expected a whole number >= 1)")
@@ -107,28 +100,11 @@ def check_metadata(meta, path):
         isinstance(meta.grid, (tuple, list)) and len(meta.grid) == 2 and all(_is_count(n) for n in meta.grid)
     ):
         problems.append(f"a patch grid of {meta.grid!r} (expected two whole numbers >= 1: image size / patch size)")
-    eps = meta.layer_norm_epsilon
-    if eps is not None and (
-        isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0
-    ):
-        problems.append(f"layer_norm_epsilon={eps!r} (expected a finite number > 0)")
-    for name in ("approximate_gelu", "quick_gelu"):
-        if getattr(meta, name) is not None and not isinstance(getattr(meta, name), bool):
-            problems.append(f"{name}={getattr(meta, name)!r} (expected true or false)")
-    theta = meta.rope_theta
-    if theta is not None and (isinstance(theta, bool) or not isinstance(theta, numbers.Real)
-                              or not math.isfinite(theta) or theta <= 0):
-        problems.append(f"rope_theta={theta!r} (expected a finite number > 0)")
-    if meta.rope_form not in (None, *ROPE_FORMS):
-        problems.append(f"rope_form={meta.rope_form!r} (expected one of {ROPE_FORMS})")
-    if meta.sincos_form not in (None, *SINCOS_FORMS):
-        problems.append(f"sincos_form={meta.sincos_form!r} (expected one of {SINCOS_FORMS})")
-    if meta.rope_indexing not in (None, *ROPE_INDEXINGS):
-        problems.append(f"rope_indexing={meta.rope_indexing!r} (expected one of {ROPE_INDEXINGS})")
-    if meta.pooling not in (None, "token", "avg"):
-        problems.append(f"pooling={meta.pooling!r} (expected 'token' or 'avg')")
-    if meta.interpolation is not None and meta.interpolation not in INTERPOLATIONS:
-        problems.append(f"interpolation={meta.interpolation!r} (expected one of {tuple(INTERPOLATIONS)})")
+    for name, value in meta.options.items():
+        try:
+            check_value(ViTConfig, name, value)
+        except ValueError as error:
+            problems.append(str(error).rstrip("."))
     if problems:
         raise ValueError(f"{path}: its configuration records {'; '.join(problems)}.")
 
@@ -143,26 +119,26 @@ def check_heads(heads, width, path):
 class Checkpoint:
     """`tensors`: canonical key -> LazyArray. `format`: the name of the format it was read
     from ("original", "timm", "hf", "keras", ...). `num_heads`: as stored, or assumed when the
-    format has no record of it. The other fields are those of `Metadata`."""
+    format has no record of it; `grid`: its patch grid where it records one. `options`: the
+    builder arguments it records (`Metadata.options`), also read as attributes (`ckpt.rope_theta`:
+    None where it records none); what its keys tell (width, tokens, norms) are properties."""
 
     path: str
     format: str
     tensors: dict
-    approximate_gelu: bool = None
     num_heads: int = None
     grid: tuple = None
-    layer_norm_epsilon: float = None
-    pooling: str = None
-    preprocessing: str = None
-    interpolation: str = None
-    rope_theta: float = None
-    key_bias: bool = None
-    naflex: bool = None
-    rope_form: str = None
-    sincos_form: str = None
-    rope_indexing: str = None
-    rope_reference_grid: tuple = None
-    quick_gelu: bool = None
+    options: dict = dataclasses.field(default_factory=dict)
+
+    def __getattr__(self, name):
+        if name in CONFIG_FIELDS:
+            return self.__dict__.get("options", {}).get(name)
+        raise AttributeError(name)
+
+    def with_options(self, **options):
+        """A copy recording `options` (ViTConfig fields; None: not recorded) too."""
+        merged = {**self.options, **options}
+        return dataclasses.replace(self, options={k: v for k, v in merged.items() if v is not None})
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None
@@ -445,7 +421,7 @@ def known_num_heads(hidden_dim):
     """The head count of the named models of width `hidden_dim` (`list_models()`: the paper's
     and the families', which agree on it, e.g. 16 for SigLIP So400m's 1152), else None: no
     guess from the width alone (So400m's heads are 72 wide, not 64)."""
-    from keras_vit.family_variants import FAMILIES
+    from keras_vit.families import FAMILIES
 
     counts = {arch["num_heads"] for arch in (*VARIANTS.values(), *FAMILIES.values()) if arch["hidden_dim"] == hidden_dim}
     return counts.pop() if len(counts) == 1 else None

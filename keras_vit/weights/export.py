@@ -45,15 +45,15 @@ def model_checkpoint(model):
     pooling = "map" if "map_head" in names else model.get_layer("pooling").mode if "pooling" in names else None
     attention = block.attention
     rope = next((layer for layer in model.layers if type(layer).__name__ == "RopePositionEmbedding"), None)
-    return Checkpoint(
-        model.name, "keras", tensors, block.approximate_gelu, block.num_heads, tuple(grid),
-        block.layer_norm_epsilon, pooling, getattr(model, "preprocessing", None),
-        getattr(model.get_layer("posembed_input"), "interpolation", None),
-        attention.rope_theta if rope else None, attention.key_bias,
-        type(model.get_layer("posembed_input")).__name__ == "NaFlexPositionEmbedding",
-        attention.rope_form if rope else None,
-        getattr(model.get_layer("posembed_input"), "form", None) if not rope else None,
-        rope.indexing if rope else None, rope.reference_grid if rope else None, block.mlp.quick_gelu,
+    posembed = model.get_layer("posembed_input")
+    naflex = type(posembed).__name__ == "NaFlexPositionEmbedding"
+    return Checkpoint(model.name, "keras", tensors, block.num_heads, tuple(grid)).with_options(
+        approximate_gelu=block.approximate_gelu, layer_norm_epsilon=block.layer_norm_epsilon, pooling=pooling,
+        preprocessing=getattr(model, "preprocessing", None), interpolation=getattr(posembed, "interpolation", None),
+        rope_theta=attention.rope_theta if rope else None, key_bias=attention.key_bias, naflex=naflex,
+        rope_form=attention.rope_form if rope else None, sincos_form=getattr(posembed, "form", None) if not rope else None,
+        rope_indexing=rope.indexing if rope else None, rope_reference_grid=rope.reference_grid if rope else None,
+        quick_gelu=block.mlp.quick_gelu,
     )
 
 

@@ -3,7 +3,6 @@
 variants cleaned up, its metadata read and its keys mapped through the format's table.
 Nothing here imports Keras."""
 
-import dataclasses
 import os
 
 from keras_vit.variants import list_models
@@ -55,11 +54,7 @@ def read_raw(raw, num_heads=None):
         )
     check_heads(heads, width, raw.path)
     tensors = fmt.to_canonical(tensors, heads, what=f"checkpoint {raw.path}")
-    ckpt = Checkpoint(
-        raw.path, fmt.name, tensors, meta.approximate_gelu, heads, meta.grid, meta.layer_norm_epsilon, meta.pooling,
-        meta.preprocessing, meta.interpolation or fmt.interpolation, meta.rope_theta, meta.key_bias,
-        meta.naflex, meta.rope_form, meta.sincos_form, meta.rope_indexing, meta.rope_reference_grid, meta.quick_gelu,
-    )
+    ckpt = Checkpoint(raw.path, fmt.name, tensors, heads, meta.grid, {"interpolation": fmt.interpolation, **meta.options})
     ckpt.check()
     return ckpt
 
@@ -107,4 +102,4 @@ def weights_checkpoint(source, config=None, num_heads=None, force_download=False
     if entry is None:
         return ckpt
     quick_gelu = entry.quick_gelu if ckpt.quick_gelu is None else ckpt.quick_gelu
-    return dataclasses.replace(ckpt, preprocessing=entry.preprocessing, quick_gelu=quick_gelu)
+    return ckpt.with_options(preprocessing=entry.preprocessing, quick_gelu=quick_gelu)

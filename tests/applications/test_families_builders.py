@@ -7,7 +7,7 @@ import math
 import pytest
 
 import keras_vit
-from keras_vit.family_variants import FAMILIES
+from keras_vit.families import FAMILIES
 from tests.support.models import shapes_only
 from tests.support.timm_rope_vit import eva02_shapes
 from tests.support.timm_rope_vit import shapes as rope_vit_shapes
@@ -104,3 +104,16 @@ def test_every_family_builder_is_listed():
 def test_parameter_counts_match_the_references(name):
     assert _reference_count(name) == PARAMETERS[name]
     assert _keras_count(name) == PARAMETERS[name]
+
+
+@pytest.mark.backend_independent
+def test_every_named_model_and_entry_comes_from_one_family_file():
+    """`keras_vit.families`: each named model is declared by one family file, each weight entry names one, and the
+    generated builders' docstrings name their weights (help())."""
+    from keras_vit import families
+
+    assert all(families.family_of(name) is not None for name in keras_vit.list_models())
+    assert {entry.variant for entry in families.ENTRIES} <= set(keras_vit.list_models())
+    assert families.family_of("DINOv2S14") is families.dinov2 and families.family_of("R50ViTB16") is families.vit
+    assert "vit_small_patch14_reg4_dinov2.lvd142m" in keras_vit.DINOv2S14.__doc__
+    assert "augreg_in21k_ft_in1k_224" in keras_vit.ViTB16.__doc__

@@ -234,7 +234,7 @@ def model_of_cached_entry(monkeypatch, family, architecture, entry, state_dict):
     with `architecture` registered as `family`, `entry` as the only named weights and `state_dict` written
     to its cache file as timm's safetensors (no download)."""
     import keras_vit
-    from keras_vit.family_variants import FAMILIES
+    from keras_vit.families import FAMILIES
     from keras_vit.weights import registry
     from keras_vit.weights.containers import write_safetensors
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.family_variants import FAMILIES
+from keras_vit.families import FAMILIES
 from keras_vit.weights import registry
 from tests.support.checkpoints import randomize_family_model
 from tests.support.commands import fails

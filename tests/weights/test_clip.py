@@ -273,7 +273,7 @@ def test_named_entry_gives_its_quick_gelu_to_a_timm_file(tower, monkeypatch, tmp
     """timm's CLIP files do not record quick GELU: the named entry does (16 px: the table resized as timm does)."""
     _, _, state, quick = tower
     monkeypatch.setenv("KERAS_VIT_HOME", str(tmp_path))
-    architecture = dict(keras_vit.family_variants.FAMILIES["CLIPB16"], patch_size=8, hidden_dim=32, depth=2,
+    architecture = dict(keras_vit.families.FAMILIES["CLIPB16"], patch_size=8, hidden_dim=32, depth=2,
                         num_heads=4, mlp_dim=64, projection_dim=16)
     entry = registry.WeightsEntry("CLIPTest", "tiny_clip", 32, None, None, "safetensors", "https://example.invalid/m",
                                   preprocessing="clip", quick_gelu=not quick)

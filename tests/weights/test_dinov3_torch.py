@@ -113,7 +113,7 @@ def test_meta_pth_matches_transformers(tmp_path, options):
 def test_named_timm_dinov3_entry_builds_its_model(tmp_path, monkeypatch):
     """A named entry of timm's layout (its file in the cache: no download) gives the builder its weights,
     preprocessing and DINOv3 licence."""
-    from keras_vit.family_variants import FAMILIES
+    from keras_vit.families import FAMILIES
     from keras_vit.weights import WeightsEntry, registry
 
     architecture = dict(FAMILIES["DINOv3S16"], patch_size=4, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.family_variants import FAMILIES
+from keras_vit.families import FAMILIES
 from keras_vit.variants import VARIANTS
 from keras_vit.weights import DownloadError, WeightsEntry, fetch, registry
 from tests.support.checkpoints import TINY, original_npz_params

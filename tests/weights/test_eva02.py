@@ -119,7 +119,7 @@ def test_a_saved_keras_file_reads_back_its_order_reference_grid_and_table(tmp_pa
 
 def test_named_entry_builds_its_model_from_the_cached_file(tmp_path, rng, monkeypatch):
     """A named EVA-02 entry (its file in the cache: no download) gives the builder its weights and preprocessing."""
-    from keras_vit.family_variants import FAMILIES
+    from keras_vit.families import FAMILIES
     from keras_vit.weights import WeightsEntry, registry
 
     architecture = dict(FAMILIES["EVA02B14"], patch_size=4, hidden_dim=32, depth=2, num_heads=HEADS, mlp_dim=48,

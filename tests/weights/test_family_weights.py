@@ -14,7 +14,7 @@ from PIL import Image
 
 import keras_vit
 from keras_vit.architecture import ViTConfig
-from keras_vit.family_variants import FAMILIES
+from keras_vit.families import FAMILIES
 from keras_vit.guard import InputRangeWarning
 from keras_vit.inference.predict import predict
 from keras_vit.preprocessing import IMAGENET_MEAN, IMAGENET_STD, PREPROCESSING

@@ -107,7 +107,7 @@ def test_other_weights_formats_refuse_the_other_forms_without_pointing_to_the_di
 def test_named_entry_builds_its_model_from_the_cached_file(tmp_path, rng, monkeypatch):
     """A named RoPE-Mixed entry (its file in the cache: no download) gives the builder its weights,
     rotary form and preprocessing."""
-    from keras_vit.family_variants import FAMILIES
+    from keras_vit.families import FAMILIES
     from keras_vit.weights import WeightsEntry, registry
 
     architecture = dict(FAMILIES["RoPEMixedViTS16"], patch_size=4, hidden_dim=32, depth=2, num_heads=HEADS, mlp_dim=64,

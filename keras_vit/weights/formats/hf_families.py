@@ -194,8 +194,8 @@ def metadata_dinov3(raw, tensors):
     gated = any(".mlp.gate_proj." in k for k in raw.tensors)
     meta = metadata(raw, tensors, preprocessing="dinov3", gelu=not gated)
     key_bias = _dinov3_biases(config, raw.path)[1]
-    return dataclasses.replace(meta, rope_theta=config.get("rope_theta", 100.0), key_bias=key_bias,
-                               layer_norm_epsilon=config.get("layer_norm_eps", 1e-5))
+    return meta.replace(rope_theta=config.get("rope_theta", 100.0), key_bias=key_bias,
+                        layer_norm_epsilon=config.get("layer_norm_eps", 1e-5))
 
 
 def prepare_siglip(raw):
@@ -241,7 +241,7 @@ def metadata_siglip2(raw, tensors):
     side = math.isqrt(rows)
     if side * side != rows:
         raise ValueError(f"{raw.path}: {rows} position embeddings do not form the square grid SigLIP 2 resizes.")
-    return dataclasses.replace(meta, grid=(side, side), naflex=True)
+    return meta.replace(grid=(side, side), naflex=True)
 
 
 def metadata(raw, tensors, preprocessing=None, hidden_act="gelu", gelu=True):
@@ -262,8 +262,8 @@ def metadata_dinov2(raw, tensors):
     """`metadata`; `Dinov2WithRegistersModel` resizes its position embeddings antialiased, as
     timm does (`Dinov2Model` does not)."""
     registers = _config(raw).get("model_type") == "dinov2_with_registers" or "embeddings.register_tokens" in tensors
-    return dataclasses.replace(metadata(raw, tensors, preprocessing="dinov2"),
-                               interpolation="bicubic_antialias" if registers else None)
+    return metadata(raw, tensors, preprocessing="dinov2").replace(
+        interpolation="bicubic_antialias" if registers else None)
 
 
 # Each family's `interpolate_pos_encoding`: bicubic to the target grid, class (and distillation) rows kept.

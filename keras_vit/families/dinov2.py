@@ -1,0 +1,31 @@
+"""DINOv2 (Oquab et al., 2023), with and without registers: LayerScale, patch 14 at 518 px;
+g/14 with a SwiGLU MLP. timm's `vit_*_patch14[_reg4]_dinov2.lvd142m` files (Apache-2.0); the
+builders take the `reg4` files' 4 registers from the file."""
+
+from keras_vit.families.records import IMAGENET_MEAN, IMAGENET_STD, Preprocessing, hub_entries
+
+_DINOV2 = dict(patch_size=14, layer_scale_init=1e-5, approximate_gelu=False, input_size=518, include_top=False,
+               preprocessing="dinov2")
+
+MODELS = {
+    "DINOv2S14": dict(_DINOV2, hidden_dim=384, depth=12, num_heads=6, mlp_dim=1536),
+    "DINOv2B14": dict(_DINOV2, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
+    "DINOv2L14": dict(_DINOV2, hidden_dim=1024, depth=24, num_heads=16, mlp_dim=4096),
+    "DINOv2G14": dict(_DINOV2, hidden_dim=1536, depth=40, num_heads=24, mlp_dim=4096, mlp="swiglu"),
+}
+
+PREPROCESSING = {
+    # timm vit_*_dinov2: ImageNet mean / std, bicubic, crop_pct 1.0.
+    "dinov2": Preprocessing(IMAGENET_MEAN, IMAGENET_STD, "bicubic", 1.0),
+}
+
+_SIZES = {"small": "S", "base": "B", "large": "L", "giant": "G"}
+_FILES = "vit_{}_patch14_dinov2.lvd142m", "vit_{}_patch14_reg4_dinov2.lvd142m"
+
+ENTRIES = [entry for size, s in _SIZES.items()
+           for entry in hub_entries(f"DINOv2{s}14", "dinov2", 518, None, *(n.format(size) for n in _FILES))]
+
+HUB_IDS = {
+    **{f"facebook/dinov2-{size}": f"DINOv2{s}14/" + _FILES[0].format(size) for size, s in _SIZES.items()},
+    **{f"facebook/dinov2-with-registers-{size}": f"DINOv2{s}14/" + _FILES[1].format(size) for size, s in _SIZES.items()},
+}
