@@ -14,15 +14,14 @@ from keras_vit.inspect.model_parts import is_naflex
 from keras_vit.naflex import naflex_inputs
 from keras_vit.text import image_processing
 from keras_vit.text.model import text_from_checkpoint
-from keras_vit.text.tokenizers import check_labels, tokenizer_from_folder
+from keras_vit.text.tokenizers import FILES, check_labels, tokenizer_from_folder
 from keras_vit.weights.containers import read_json
 
 # The files `save` writes beside the two models; the tokenizer's are copied as they are.
 SAVED = "image_text.json"
 IMAGE_MODEL, TEXT_MODEL, PREPROCESSOR = "image_model.keras", "text_model.keras", "preprocessor_config.json"
-TOKENIZER_FILES = ("tokenizer.json", "spiece.model", "vocab.json", "merges.txt", "tokenizer_config.json",
-                   "special_tokens_map.json")
 BATCH = 32  # images or texts encoded at a time
+TOWERS = ("image", "text")
 
 
 def _rows(model, inputs, batch=BATCH):
@@ -93,7 +92,7 @@ class ImageTextModel:
             os.makedirs(tmp)
             self.image_model.save(os.path.join(tmp, IMAGE_MODEL))
             self.text_model.save(os.path.join(tmp, TEXT_MODEL))
-            for name in TOKENIZER_FILES:
+            for name in FILES:
                 if os.path.isfile(source := os.path.join(self.tokenizer.folder, name)):
                     shutil.copyfile(source, os.path.join(tmp, name))
             saved = dict(family=self.family, logit_scale=self.logit_scale, logit_bias=self.logit_bias,
@@ -101,6 +100,28 @@ class ImageTextModel:
                          processing=self.processing.to_dict())
             with open(os.path.join(tmp, SAVED), "w", encoding="utf-8") as handle:
                 json.dump(saved, handle, indent=1)
+
+    def export(self, tower, fmt, output, **options):
+        """Exports `tower` ("image" or "text": `image_model` or `text_model`) as `fmt` to `output`
+        with `keras_vit.inference.serving.export` (`options`: its keywords). The text tower takes
+        `(batch, context)` token ids, its tokenizer's files copied to `OUTPUT.tokenizer/`; the
+        image tower the images as `image_inputs` prepares them. Each card (`OUTPUT.serving.json`)
+        says so; returns the largest difference `verify` found."""
+        from keras_vit.inference.serving import export
+
+        if tower not in TOWERS:
+            raise ValueError(f"tower={tower!r}; expected one of {TOWERS}.")
+        if tower == "text":
+            return export(self.text_model, fmt, output, tokenizer=self.tokenizer, **options)
+        fields = {"output": {"shape": [None, *self.image_model.output_shape[1:]],
+                             "holds": "image features (not normalised)"}}
+        if not is_naflex(self.image_model):
+            fields["preprocessing"] = {"name": "image_text", **self.processing.to_dict(), "steps": [
+                "decode to RGB (height, width, 3)",
+                f"resize to {self.processing.size}" if self.processing.size else
+                f"resize the shorter side to {self.processing.shortest_edge}, take the central {self.processing.crop} square",
+                "x = (pixels * rescale - mean) / std, float32", "stack as (batch, height, width, 3)"]}
+        return export(self.image_model, fmt, output, card_fields=fields, **options)
 
     def image_inputs(self, images):
         """The image tower's input for `images`: a list of file paths or `(H, W, 3)` 0-255 RGB
