@@ -74,6 +74,7 @@ def _export(args):
         check_output(fmt, output, args.model, args.overwrite, tokenizer=args.tower == "text")
     source = args.model
     if args.tower:
+        from keras_vit.inference.image_text_export import export_tower
         from keras_vit.text.image_text import ImageTextModel
 
         pair = ImageTextModel.from_checkpoint(args.model)
@@ -81,7 +82,7 @@ def _export(args):
     for fmt, output in outputs.items():
         print(f"Exporting as {fmt} to {output} (written, then run in its runtime and compared)...", flush=True)
         options = dict(verify_outputs=not args.no_verify, atol=args.atol, overwrite=args.overwrite, quantize=args.quantize)
-        error = pair.export(args.tower, fmt, output, **options) if args.tower else export(args.model, fmt, output, **options)
+        error = export_tower(pair, args.tower, fmt, output, **options) if args.tower else export(args.model, fmt, output, **options)
         checked = "" if error is None else f"; outputs match the {args.quantize or 'Keras'} model within {error:.2e}"
         print(f"Exported {source}{f' quantized to {args.quantize}' if args.quantize else ''} as {fmt} to {output}{checked}; "
               f"how to call it: {card_path(output)}.")

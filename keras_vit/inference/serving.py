@@ -21,7 +21,7 @@ model of any size (`input_shape=(None, None, 3)`) the height and width, dynamic.
 A text tower (`keras_vit.text.text_transformer`, an `ImageTextModel`'s `text_model`) takes its
 `(batch, context)` int32 token ids, `token_ids`, the batch (the number of strings) dynamic; the
 files of its tokenizer are copied beside the export, into `OUTPUT.tokenizer/`, and the card
-names them (`ImageTextModel.export`, `keras-vit export FOLDER --tower text`).
+names them (`image_text_export.export_tower`, `keras-vit export FOLDER --tower text`).
 
 A NaFlex model (`naflex=True`) takes, in every format, its three inputs by name: `patches`
 `(batch, n, patch * patch * 3)`, `spatial_shapes` `(batch, 2)` and `mask` `(batch, n)` (int32),

@@ -1,6 +1,7 @@
 """`ImageTextModel`: an image tower and a text tower in one embedding space (CLIP, SigLIP,
 SigLIP 2), with the family's zero-shot probabilities."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -21,7 +22,6 @@ from keras_vit.weights.containers import read_json
 SAVED = "image_text.json"
 IMAGE_MODEL, TEXT_MODEL, PREPROCESSOR = "image_model.keras", "text_model.keras", "preprocessor_config.json"
 BATCH = 32  # images or texts encoded at a time
-TOWERS = ("image", "text")
 
 
 def _rows(model, inputs, batch=BATCH):
@@ -101,28 +101,6 @@ class ImageTextModel:
             with open(os.path.join(tmp, SAVED), "w", encoding="utf-8") as handle:
                 json.dump(saved, handle, indent=1)
 
-    def export(self, tower, fmt, output, **options):
-        """Exports `tower` ("image" or "text": `image_model` or `text_model`) as `fmt` to `output`
-        with `keras_vit.inference.serving.export` (`options`: its keywords). The text tower takes
-        `(batch, context)` token ids, its tokenizer's files copied to `OUTPUT.tokenizer/`; the
-        image tower the images as `image_inputs` prepares them. Each card (`OUTPUT.serving.json`)
-        says so; returns the largest difference `verify` found."""
-        from keras_vit.inference.serving import export
-
-        if tower not in TOWERS:
-            raise ValueError(f"tower={tower!r}; expected one of {TOWERS}.")
-        if tower == "text":
-            return export(self.text_model, fmt, output, tokenizer=self.tokenizer, **options)
-        fields = {"output": {"shape": [None, *self.image_model.output_shape[1:]],
-                             "holds": "image features (not normalised)"}}
-        if not is_naflex(self.image_model):
-            fields["preprocessing"] = {"name": "image_text", **self.processing.to_dict(), "steps": [
-                "decode to RGB (height, width, 3)",
-                f"resize to {self.processing.size}" if self.processing.size else
-                f"resize the shorter side to {self.processing.shortest_edge}, take the central {self.processing.crop} square",
-                "x = (pixels * rescale - mean) / std, float32", "stack as (batch, height, width, 3)"]}
-        return export(self.image_model, fmt, output, card_fields=fields, **options)
-
     def image_inputs(self, images):
         """The image tower's input for `images`: a list of file paths or `(H, W, 3)` 0-255 RGB
         arrays, or one `(B, H, W, 3)` array."""
@@ -150,18 +128,26 @@ class ImageTextModel:
         return cosine * np.exp(self.logit_scale) + (self.logit_bias or 0.0)
 
     def classifier(self, labels, template=None):
-        """A Keras classifier of the labels: `image_model`, its features L2-normalised, then a Dense
-        `zero_shot_head` initialised from the labels' text features (scaled by `exp(logit_scale)`,
-        bias `logit_bias` or 0) and the family's softmax / sigmoid: `zero_shot`'s probabilities for
-        prepared images (`image_inputs`), as the start of a fine-tuning."""
+        """The zero-shot classifier of the labels as an ordinary keras_vit Vision Transformer: the
+        image tower's layers and weights, its features scaled to unit length (`unit_features`),
+        then a `head` initialised from the labels' unit text features times `exp(logit_scale)`
+        (bias `logit_bias`, else 0) and the family's softmax / sigmoid: `zero_shot`'s probabilities
+        for prepared images (`image_inputs`). Saved as `.keras`, it is the start of a fine-tuning
+        (`keras-vit train --weights CLASSIFIER.keras`)."""
+        from keras_vit.applications.from_checkpoint import vit_of_checkpoint
+        from keras_vit.weights.canonical import HEAD
+        from keras_vit.weights.export import model_checkpoint
+        from keras_vit.weights.lazy import LazyArray
+
         texts = _unit(self.encode_text(check_labels(labels, template)).astype(np.float64))
-        features = self.image_model.outputs[0]
-        head = keras.layers.Dense(len(texts), activation="softmax" if self.family == "clip" else "sigmoid",
-                                  name="zero_shot_head")
-        outputs = head(keras.layers.UnitNormalization(name="normalise")(features))
-        head.kernel.assign((texts.T * np.exp(self.logit_scale)).astype("float32"))
-        head.bias.assign(np.full(len(texts), self.logit_bias or 0.0, "float32"))
-        return keras.Model(self.image_model.inputs, outputs, name="zero_shot_classifier")
+        head = {HEAD[0]: (texts.T * np.exp(self.logit_scale)).astype(np.float32),
+                HEAD[1]: np.full(len(texts), self.logit_bias or 0.0, np.float32)}
+        tower = model_checkpoint(self.image_model)
+        ckpt = dataclasses.replace(tower, path="the zero-shot head", unit_features=True, tensors={
+            **tower.tensors, **{key: LazyArray.wrap(value, "the zero-shot head") for key, value in head.items()}})
+        shape = None if is_naflex(self.image_model) else tuple(self.image_model.inputs[0].shape[1:])
+        return vit_of_checkpoint(ckpt, input_shape=shape, name="zero_shot_classifier",
+                                 classifier_activation="softmax" if self.family == "clip" else "sigmoid")
 
     def zero_shot(self, images, labels, template=None):
         """`(B, T)` probabilities of each label (through `template`, e.g. "a photo of a {}.") for each

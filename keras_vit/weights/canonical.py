@@ -73,7 +73,8 @@ class Metadata:
     (`keras_vit.layers.rope.FORMS`) where it is not DINOv3's; `sincos_form`: the frequencies of
     its fixed sin-cos embeddings (`ViTConfig.sincos_form`) where they are not big_vision's;
     `rope_indexing` / `rope_reference_grid`: the axial form's grid order and reference grid (EVA-02: "ij", (16, 16)).
-    `quick_gelu`: True where its MLPs run `x * sigmoid(1.702 x)` (OpenAI CLIP), False where GELU."""
+    `quick_gelu`: True where its MLPs run `x * sigmoid(1.702 x)` (OpenAI CLIP), False where GELU.
+    `unit_features`: True where its head reads the pooled features scaled to unit length (a zero-shot head)."""
 
     approximate_gelu: Optional[bool] = None
     num_heads: Optional[int] = None
@@ -90,6 +91,7 @@ class Metadata:
     rope_indexing: Optional[str] = None
     rope_reference_grid: Optional[tuple] = None
     quick_gelu: Optional[bool] = None
+    unit_features: Optional[bool] = None
 
 
 def _is_count(value):
@@ -112,7 +114,7 @@ def check_metadata(meta, path):
         isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0
     ):
         problems.append(f"layer_norm_epsilon={eps!r} (expected a finite number > 0)")
-    for name in ("approximate_gelu", "quick_gelu"):
+    for name in ("approximate_gelu", "quick_gelu", "unit_features"):
         if getattr(meta, name) is not None and not isinstance(getattr(meta, name), bool):
             problems.append(f"{name}={getattr(meta, name)!r} (expected true or false)")
     theta = meta.rope_theta
@@ -163,6 +165,7 @@ class Checkpoint:
     rope_indexing: str = None
     rope_reference_grid: tuple = None
     quick_gelu: bool = None
+    unit_features: bool = None
 
     def shape(self, key):
         return self.tensors[key].shape if key in self.tensors else None
@@ -438,6 +441,7 @@ class Checkpoint:
             pre_norm=self.pre_norm,
             patch_bias=self.patch_bias,
             projection_dim=self.projection_dim,
+            unit_features=bool(self.unit_features),
         )
 
 

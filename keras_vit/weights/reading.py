@@ -59,6 +59,7 @@ def read_raw(raw, num_heads=None):
         raw.path, fmt.name, tensors, meta.approximate_gelu, heads, meta.grid, meta.layer_norm_epsilon, meta.pooling,
         meta.preprocessing, meta.interpolation or fmt.interpolation, meta.rope_theta, meta.key_bias,
         meta.naflex, meta.rope_form, meta.sincos_form, meta.rope_indexing, meta.rope_reference_grid, meta.quick_gelu,
+        meta.unit_features,
     )
     ckpt.check()
     return ckpt

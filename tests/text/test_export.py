@@ -1,4 +1,4 @@
-"""`keras-vit export FOLDER --tower image|text` / `ImageTextModel.export`: each tower of a random
+"""`keras-vit export FOLDER --tower image|text` / `export_tower`: each tower of a random
 transformers `CLIPModel` in the serving formats this backend writes, run in its own runtime at
 batch sizes it was not traced at, against transformers' `get_text_features` on the ids of the
 tokenizer copied beside the export, and `get_image_features`."""
@@ -12,6 +12,7 @@ import pytest
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.inference import serving
+from keras_vit.inference.image_text_export import export_tower
 from keras_vit.text import image_processing
 from tests.support import BACKEND
 from tests.support.text import IMAGE, clip_folder
@@ -81,7 +82,7 @@ def test_bad_tower_exports_stop_in_one_line(clip, tmp_path, capsys):
         assert match in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
     with pytest.raises(ValueError, match="tower='sound'"):
-        keras_vit.ImageTextModel.from_checkpoint(folder).export("sound", "onnx", str(tmp_path / "x"))
+        export_tower(keras_vit.ImageTextModel.from_checkpoint(folder), "sound", "onnx", str(tmp_path / "x"))
 
 
 class _nothing:
