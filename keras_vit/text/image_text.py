@@ -16,7 +16,9 @@ from keras_vit.naflex import naflex_inputs
 from keras_vit.text import image_processing
 from keras_vit.text.model import text_from_checkpoint
 from keras_vit.text.tokenizers import FILES, check_labels, tokenizer_from_folder
-from keras_vit.weights.containers import read_json
+from keras_vit.weights.containers import OPEN_CLIP_CONFIG, read_json
+
+OPEN_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 
 # The files `save` writes beside the two models; the tokenizer's are copied as they are.
 SAVED = "image_text.json"
@@ -54,10 +56,13 @@ class ImageTextModel:
 
     @classmethod
     def from_checkpoint(cls, path):
-        """Both towers of a transformers folder (`CLIPModel`, `SiglipModel`, `Siglip2Model`) or of
-        a folder `save` wrote. The image tower is `keras_vit.from_checkpoint(path)`'s; a folder
+        """Both towers of a transformers folder (`CLIPModel`, `SiglipModel`, `Siglip2Model`), an
+        OpenCLIP folder or file (`open_clip_model.safetensors` / `open_clip_pytorch_model.bin`,
+        `open_clip_config.json` and the tokenizer's files beside it) or a folder `save` wrote. The image tower is `keras_vit.from_checkpoint(path)`'s; a folder
         without a text tower is refused (use `keras_vit.from_checkpoint` for its image tower)."""
         path = os.fspath(path)
+        if os.path.isfile(path) and os.path.basename(path) in OPEN_CLIP_FILES:  # its folder holds the tokenizer
+            path = os.path.dirname(os.path.abspath(path))
         if os.path.isfile(os.path.join(path, SAVED)):
             return cls._load(path)
         text_model, tokenizer, tower = text_from_checkpoint(path)
@@ -65,9 +70,13 @@ class ImageTextModel:
             raise ValueError(f"{path}: a text tower alone; ImageTextModel needs a folder with both towers "
                              "(CLIPModel, SiglipModel, Siglip2Model).")
         image_model = from_checkpoint(path)
-        config_path = os.path.join(path, PREPROCESSOR)
-        processing = (image_processing.from_preprocessor_config(read_json(config_path), config_path)
-                      if os.path.isfile(config_path) else image_processing.from_model(image_model))
+        config_path, open_clip_path = os.path.join(path, PREPROCESSOR), os.path.join(path, OPEN_CLIP_CONFIG)
+        if os.path.isfile(config_path):
+            processing = image_processing.from_preprocessor_config(read_json(config_path), config_path)
+        elif os.path.isfile(open_clip_path):
+            processing = image_processing.from_open_clip_config(read_json(open_clip_path), open_clip_path)
+        else:
+            processing = image_processing.from_model(image_model)
         scale = 1.0 if tower.logit_scale is None else np.asarray(tower.logit_scale.load()).reshape(-1)[0]
         bias = None if tower.logit_bias is None else np.asarray(tower.logit_bias.load()).reshape(-1)[0]
         return cls(image_model, text_model, tokenizer, processing, tower.config.family, scale, bias)
