@@ -44,10 +44,13 @@ def _peft_base_warning(adapter):
 
 
 def _export(args):
-    if args.tower and (args.format in ADAPTER_LAYOUTS or not os.path.isdir(args.model)):
-        raise ValueError(f"--tower {args.tower}: MODEL must be an image-text folder (a transformers CLIPModel / "
-                         "SiglipModel / Siglip2Model folder, or one ImageTextModel.save wrote) and --format a serving "
-                         f"format; got {args.model} with --format {args.format}.")
+    if args.tower:
+        from keras_vit.text.names import NAMES
+
+        if args.format in ADAPTER_LAYOUTS or not (os.path.isdir(args.model) or args.model in NAMES):
+            raise ValueError(f"--tower {args.tower}: MODEL must be an image-text folder (a transformers CLIPModel / "
+                             "SiglipModel / Siglip2Model folder, an OpenCLIP folder, one ImageTextModel.save wrote) or a "
+                             f"named one, and --format a serving format; got {args.model} with --format {args.format}.")
     if args.format in ADAPTER_LAYOUTS:
         from keras_vit.lora.adapter import convert
 

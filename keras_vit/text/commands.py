@@ -16,9 +16,12 @@ def _check_images(paths):
 
 
 def _check_weights(path):
-    if not os.path.isdir(path):
+    from keras_vit.text.names import NAMES
+
+    if not os.path.isdir(path) and path not in NAMES:
         raise FileNotFoundError(f"--weights {path}: no such folder (a transformers CLIPModel, SiglipModel or "
-                                "Siglip2Model folder, or one ImageTextModel.save wrote).")
+                                "Siglip2Model folder, an OpenCLIP folder, one ImageTextModel.save wrote) nor a named "
+                                "checkpoint (hub ids such as openai/clip-vit-base-patch32; keras_vit.text.names).")
 
 
 def _zero_shot(args):
@@ -84,7 +87,8 @@ def _embed(args):
 
 
 def register(subparsers):
-    weights_help = "a transformers CLIPModel / SiglipModel / Siglip2Model folder, or one ImageTextModel.save wrote"
+    weights_help = ("a transformers CLIPModel / SiglipModel / Siglip2Model / MetaClip2Model folder, an OpenCLIP folder, "
+                    "one ImageTextModel.save wrote, or a named checkpoint (a hub id, e.g. openai/clip-vit-base-patch16)")
     zero_shot = subparsers.add_parser("zero-shot", help="probabilities of text labels for image files "
                                       "(CLIP, SigLIP, SigLIP 2)")
     zero_shot.add_argument("images", nargs="*", metavar="IMAGE")

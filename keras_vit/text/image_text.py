@@ -13,7 +13,7 @@ from keras_vit.applications.from_checkpoint import from_checkpoint
 from keras_vit.files import atomic_path
 from keras_vit.inspect.model_parts import is_naflex
 from keras_vit.naflex import naflex_inputs
-from keras_vit.text import image_processing
+from keras_vit.text import image_processing, names
 from keras_vit.text.model import text_from_checkpoint
 from keras_vit.text.tokenizers import FILES, check_labels, tokenizer_from_folder
 from keras_vit.weights.containers import OPEN_CLIP_CONFIG, read_json
@@ -55,12 +55,20 @@ class ImageTextModel:
         self.logit_scale, self.logit_bias = float(logit_scale), None if logit_bias is None else float(logit_bias)
 
     @classmethod
-    def from_checkpoint(cls, path):
+    def from_checkpoint(cls, path, force_download=False):
         """Both towers of a transformers folder (`CLIPModel`, `SiglipModel`, `Siglip2Model`), an
         OpenCLIP folder or file (`open_clip_model.safetensors` / `open_clip_pytorch_model.bin`,
-        `open_clip_config.json` and the tokenizer's files beside it) or a folder `save` wrote. The image tower is `keras_vit.from_checkpoint(path)`'s; a folder
+        `open_clip_config.json` and the tokenizer's files beside it), a folder `save` wrote, or a
+        named checkpoint (`keras_vit.text.names.NAMES`: hub ids, e.g. "openai/clip-vit-base-patch16",
+        "google/siglip2-base-patch16-224"; `force_download`: fetch its files again). The image tower is `keras_vit.from_checkpoint(path)`'s; a folder
         without a text tower is refused (use `keras_vit.from_checkpoint` for its image tower)."""
         path = os.fspath(path)
+        if not os.path.exists(path) and path in names.NAMES:
+            path = names.fetch(path, force_download)
+        elif not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such folder or file, nor a named image-text checkpoint "
+                                    "(keras_vit.text.names.NAMES: hub ids such as openai/clip-vit-base-patch32, "
+                                    "google/siglip2-base-patch16-224).")
         if os.path.isfile(path) and os.path.basename(path) in OPEN_CLIP_FILES:  # its folder holds the tokenizer
             path = os.path.dirname(os.path.abspath(path))
         if os.path.isfile(os.path.join(path, SAVED)):
