@@ -77,10 +77,6 @@ def test_save_classifier_then_train_from_it(clip, tmp_path, capsys):
                  "--output-dir", str(tmp_path / "frozen")]) == 0
     trained = keras.saving.load_model(tmp_path / "frozen" / "final.keras")
     np.testing.assert_allclose(keras.ops.convert_to_numpy(trained(inputs)), expected, atol=1e-5, rtol=0)
-    assert main(["train", "--weights", out, *data, *ARCHITECTURE, "--output-dir", str(tmp_path / "tuned")]) == 0
-    tuned = keras.saving.load_model(tmp_path / "tuned" / "final.keras")
-    moved = np.abs(keras.ops.convert_to_numpy(tuned.get_layer("head").kernel - saved.get_layer("head").kernel))
-    assert moved.max() > 0
 
 
 @pytest.mark.backend_independent

@@ -40,30 +40,35 @@ def clip(tmp_path_factory):
     return folder, images, reference
 
 
+def _export(folder, tower, out, capsys):
+    assert main(["export", folder, "--tower", tower, "--format", ",".join(WRITTEN_HERE), "--output", out,
+                 "--atol", "1e-5"]) == 0
+    assert capsys.readouterr().out.count("outputs match the Keras model within") == len(WRITTEN_HERE)
+    for fmt in WRITTEN_HERE:  # as `export` names them
+        path = out + (serving.SPECS[fmt].suffix if len(WRITTEN_HERE) > 1 else "")
+        with open(path + ".serving.json", encoding="utf-8") as f:
+            yield fmt, path, json.load(f)
+
+
 @pytest.mark.skipif(not WRITTEN_HERE, reason="this backend writes none of onnx, saved_model, litert")
-def test_each_tower_exports_and_matches_transformers(clip, tmp_path, capsys):
-    folder, images, reference = clip
-    formats = ",".join(WRITTEN_HERE)
-    for tower in ("text", "image"):
-        out = str(tmp_path / tower)
-        assert main(["export", folder, "--tower", tower, "--format", formats, "--output", out, "--atol", "1e-5"]) == 0
-    assert capsys.readouterr().out.count("outputs match the Keras model within") == 2 * len(WRITTEN_HERE)
-    pair = keras_vit.ImageTextModel.from_checkpoint(folder)
-    pixels = pair.image_inputs(images)
-    for fmt in WRITTEN_HERE:
-        suffix = serving.SPECS[fmt].suffix if len(WRITTEN_HERE) > 1 else ""
-        text_path, image_path = str(tmp_path / "text") + suffix, str(tmp_path / "image") + suffix
-        with open(text_path + ".serving.json", encoding="utf-8") as f:
-            card = json.load(f)
+def test_the_text_tower_exports_with_its_tokenizer(clip, tmp_path, capsys):
+    folder, _, reference = clip
+    for fmt, path, card in _export(folder, "text", str(tmp_path / "text"), capsys):
         assert card["input"]["dtype"] == "int32" and card["input"]["dynamic"] == ["batch"]
         assert {"vocab.json", "merges.txt"} <= set(card["tokenizer"]["files"])
         tokenizer = keras_vit.text.tokenizer_from_folder(os.path.join(tmp_path, card["tokenizer"]["folder"]),
                                                          card["tokenizer"]["family"], card["tokenizer"]["context"])
         for texts, expected in ((TEXTS, reference["text"]), (TEXTS[1:2], reference["text"][1:2])):
-            got = serving.run_exported(fmt, text_path, tokenizer(texts))
+            got = serving.run_exported(fmt, path, tokenizer(texts))
             np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0, err_msg=fmt)
-        with open(image_path + ".serving.json", encoding="utf-8") as f:
-            card = json.load(f)
+
+
+@pytest.mark.skipif(not WRITTEN_HERE, reason="this backend writes none of onnx, saved_model, litert")
+def test_the_image_tower_exports_with_its_image_processing(clip, tmp_path, capsys):
+    folder, images, reference = clip
+    pair = keras_vit.ImageTextModel.from_checkpoint(folder)
+    pixels = pair.image_inputs(images)
+    for fmt, image_path, card in _export(folder, "image", str(tmp_path / "image"), capsys):
         processing = image_processing.ImageProcessing(**{k: tuple(v) if isinstance(v, list) else v
                                                          for k, v in card["preprocessing"].items()
                                                          if k not in ("name", "steps")})
