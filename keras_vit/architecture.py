@@ -165,6 +165,8 @@ def _finish(config, inputs, tokens, encoder_inputs):
         if config.projection_dim:
             outputs = keras.layers.Dense(config.projection_dim, use_bias=False, name="projection")(outputs)
     if config.include_top:
+        if config.unit_features:
+            outputs = keras.layers.UnitNormalization(name="unit_features")(outputs)
         if config.representation_size:
             outputs = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")(outputs)
         outputs = keras.layers.Dense(config.classes, kernel_initializer="zeros", name="head")(outputs)

@@ -74,6 +74,10 @@ class ViTConfig:
         None, "width of a bias-free Dense on the pooled features, before any head (CLIP's image projection: "
         "transformers' `visual_projection`, OpenCLIP's `visual.proj`, the `head` of timm's CLIP towers); applied only "
         "to pooled features (include_top or pooling); None: none", group=HEAD, interval=SIZES)
+    unit_features: bool = option(
+        False, "scale the pooled features (after any projection) to unit length before the head: a zero-shot head "
+        "on an image-text model's normalised image features (`ImageTextModel.classifier`); needs include_top",
+        group=HEAD)
     classes: int = option(1000, "number of classes of the head", group=HEAD, interval=SIZES)
     classifier_activation: Any = option(
         "softmax", "activation of the head's output (a Keras activation name or a callable); None returns logits",
@@ -232,6 +236,8 @@ class ViTConfig:
                        "position_embedding='learned', no registers, no stem and patch_drop_rate=0.")
         elif self.sincos_form != "big_vision" and self.position_embedding != "sincos2d":
             problem = "sincos_form chooses the sin-cos frequencies; it needs position_embedding='sincos2d'."
+        elif self.unit_features and not self.include_top:
+            problem = "unit_features=True scales the features the head reads; it needs include_top=True."
         elif self.quick_gelu and self.mlp != "gelu":
             problem = "quick_gelu=True replaces the GELU of mlp='gelu'; the SwiGLU MLP is SiLU-gated: use quick_gelu=False."
         if problem:

@@ -78,6 +78,7 @@ QUICK = (
     "tests/weights/test_clip.py::test_clip_builder_without_weights_and_bad_options",
     "tests/dense/test_resize.py", "tests/dense/test_model.py::test_bad_arguments_are_refused_in_one_line",
     "tests/inference/test_serving_card.py::test_a_pytorch_program_ends_in_pt2",
+    "tests/text/test_names.py::test_unknown_names_are_refused_in_one_line",
 )
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 

@@ -44,6 +44,13 @@ def _peft_base_warning(adapter):
 
 
 def _export(args):
+    if args.tower:
+        from keras_vit.text.names import NAMES
+
+        if args.format in ADAPTER_LAYOUTS or not (os.path.isdir(args.model) or args.model in NAMES):
+            raise ValueError(f"--tower {args.tower}: MODEL must be an image-text folder (a transformers CLIPModel / "
+                             "SiglipModel / Siglip2Model folder, an OpenCLIP folder, one ImageTextModel.save wrote) or a "
+                             f"named one, and --format a serving format; got {args.model} with --format {args.format}.")
     if args.format in ADAPTER_LAYOUTS:
         from keras_vit.lora.adapter import convert
 
@@ -67,13 +74,20 @@ def _export(args):
     for fmt, output in outputs.items():  # refuse before writing any
         check_requirements(fmt, not args.no_verify)
         check_quantize(fmt, args.quantize)
-        check_output(fmt, output, args.model, args.overwrite)
+        check_output(fmt, output, args.model, args.overwrite, tokenizer=args.tower == "text")
+    source = args.model
+    if args.tower:
+        from keras_vit.inference.image_text_export import export_tower
+        from keras_vit.text.image_text import ImageTextModel
+
+        pair = ImageTextModel.from_checkpoint(args.model)
+        source = f"the {args.tower} tower of {args.model}"
     for fmt, output in outputs.items():
         print(f"Exporting as {fmt} to {output} (written, then run in its runtime and compared)...", flush=True)
-        error = export(args.model, fmt, output, verify_outputs=not args.no_verify, atol=args.atol,
-                       overwrite=args.overwrite, quantize=args.quantize)
+        options = dict(verify_outputs=not args.no_verify, atol=args.atol, overwrite=args.overwrite, quantize=args.quantize)
+        error = export_tower(pair, args.tower, fmt, output, **options) if args.tower else export(args.model, fmt, output, **options)
         checked = "" if error is None else f"; outputs match the {args.quantize or 'Keras'} model within {error:.2e}"
-        print(f"Exported {args.model}{f' quantized to {args.quantize}' if args.quantize else ''} as {fmt} to {output}{checked}; "
+        print(f"Exported {source}{f' quantized to {args.quantize}' if args.quantize else ''} as {fmt} to {output}{checked}; "
               f"how to call it: {card_path(output)}.")
 
 
@@ -102,4 +116,7 @@ def register(subparsers):
                         help="export the model with its dense layers quantized (Keras' model.quantize); a "
                         "format that does not take the mode is refused before anything is written")
     export.add_argument("--overwrite", action="store_true", help="replace what is at the output path (same kind only)")
+    export.add_argument("--tower", choices=("image", "text"), help="MODEL is an image-text folder (CLIP, SigLIP, "
+                        "SigLIP 2): export its image tower, or its text tower (token ids in; the tokenizer's files "
+                        "copied to OUTPUT.tokenizer/)")
     export.set_defaults(func=_export)

@@ -18,6 +18,11 @@ model of any size (`input_shape=(None, None, 3)`) the height and width, dynamic.
 - torch (`.pt2`, `torch.export.load(path).module()`): Keras' own `format="torch"` with
   dynamic dimensions (PyTorch backend; a PyTorch-backend subprocess from the others).
 
+A text tower (`keras_vit.text.text_transformer`, an `ImageTextModel`'s `text_model`) takes its
+`(batch, context)` int32 token ids, `token_ids`, the batch (the number of strings) dynamic; the
+files of its tokenizer are copied beside the export, into `OUTPUT.tokenizer/`, and the card
+names them (`image_text_export.export_tower`, `keras-vit export FOLDER --tower text`).
+
 A NaFlex model (`naflex=True`) takes, in every format, its three inputs by name: `patches`
 `(batch, n, patch * patch * 3)`, `spatial_shapes` `(batch, 2)` and `mask` `(batch, n)` (int32),
 the batch and the patch budget `n` dynamic (`keras_vit.naflex.naflex_inputs` makes them); the
@@ -36,6 +41,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,9 +52,10 @@ import numpy as np
 
 import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
 from keras_vit.files import atomic_path, check_target, write_json
-from keras_vit.inference.serving_card import card, card_path, is_card
+from keras_vit.inference.serving_card import card, card_path, is_card, tokenizer_path
 from keras_vit.inspect.model_parts import is_naflex
 from keras_vit.run_folder import load_keras_file, metadata
+from keras_vit.text.model import is_text_model, sample_ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +130,8 @@ def sample_inputs(model, count=3, seed=0):
     or NaFlex inputs (`naflex_sample`) at each of `naflex_budgets(model)`."""
     if is_naflex(model):
         return [naflex_sample(model, count, seed, budget) for budget in naflex_budgets(model)]
+    if is_text_model(model):
+        return [sample_ids(model, count, seed)]
     return [sample_images(model, count, seed, shape) for shape in input_shapes(model)]
 
 
@@ -154,6 +163,8 @@ def _torch_dims(model):
     import torch
 
     axes = {0: torch.export.Dim("batch", min=1, max=4096)}
+    if is_text_model(model):
+        return axes
     if is_naflex(model):
         patches = {1: torch.export.Dim("patches", min=1, max=65536)}
         return {"patches": {**axes, **patches}, "spatial_shapes": axes, "mask": {**axes, **patches}}
@@ -171,6 +182,8 @@ def _jax_shapes(model):
     if is_naflex(model):
         values = model.input["patches"].shape[-1]
         return [{"patches": f"(batch, n, {values})", "spatial_shapes": "(batch, 2)", "mask": "(batch, n)"}]
+    if is_text_model(model):
+        return [f"(batch, {model.inputs[0].shape[1]})"]
     height, width, channels = model.inputs[0].shape[1:]
     step = _size_step(model)
     rows, cols = (f"{step}*{name}" if dim is None else str(dim) for dim, name in ((height, "rows"), (width, "cols")))
@@ -210,6 +223,9 @@ def _torch_onnx(model, output):
         sample = naflex_sample(model, count=2)
         module, example, dynamic = _named_inputs(model), tuple(torch.from_numpy(sample[n]) for n in names), tuple(
             dims[n] for n in names)
+    elif is_text_model(model):
+        names, module = ["token_ids"], model
+        example, dynamic = (torch.from_numpy(sample_ids(model, count=2)),), ((_torch_dims(model),),)
     else:
         names, module = ["images"], model
         example, dynamic = (torch.zeros((2, *input_shapes(model)[0])),), ((_torch_dims(model),),)
@@ -234,6 +250,8 @@ def _torch_program(model, output):
         signature = [{name: keras.InputSpec(shape=(None, *value.shape[1:]), dtype=str(value.dtype))
                       for name, value in naflex_sample(model).items()}]
         dims = (_torch_dims(model),)
+    elif is_text_model(model):
+        signature, dims = [keras.InputSpec(shape=(None, model.inputs[0].shape[1]), dtype="int32")], _torch_dims(model)
     else:
         signature = [keras.InputSpec(shape=(None, *input_shapes(model)[0]), dtype="float32")]
         dims = _torch_dims(model)
@@ -340,13 +358,40 @@ def output_path(fmt, output, several=False):
     return output + suffix if needed else output
 
 
-def check_output(fmt, output, model_path=None, overwrite=False):
-    """Raises OSError unless `output` may receive a `fmt` export (see `files.check_target`);
-    never the model file being exported, nor a folder holding it."""
+def _is_tokenizer_copy(path):
+    """Whether `path` is a folder of tokenizer files an earlier text tower export copied."""
+    try:
+        with open(os.path.join(path, MARK_FILE), encoding="utf-8") as f:
+            return json.load(f).get(MARK) == MARK_VALUE
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def check_output(fmt, output, model_path=None, overwrite=False, tokenizer=False):
+    """Raises OSError unless `output` may receive a `fmt` export (see `files.check_target`), and
+    with a `tokenizer` its `tokenizer_path` folder; never the model file being exported, nor a
+    folder holding it."""
     inputs = (model_path,) if model_path else ()
     folder = bool(SPECS[fmt].entries)
     check_target(output, overwrite=overwrite, folder=folder, replaceable=is_export(fmt, output), inputs=inputs)
     check_target(card_path(output), overwrite=overwrite, replaceable=is_card(card_path(output)), inputs=inputs)
+    if tokenizer:
+        copy = tokenizer_path(output)
+        check_target(copy, overwrite=overwrite, folder=True, replaceable=_is_tokenizer_copy(copy), inputs=inputs)
+
+
+def _copy_tokenizer(tokenizer, output):
+    """Copies the files of `tokenizer` (`keras_vit.text.tokenizers.Tokenizer`) to `tokenizer_path(output)`; their names."""
+    from keras_vit.text.tokenizers import FILES
+
+    names = [name for name in FILES if os.path.isfile(os.path.join(tokenizer.folder, name))]
+    with atomic_path(tokenizer_path(output)) as tmp:
+        os.makedirs(tmp)
+        for name in names:
+            shutil.copyfile(os.path.join(tokenizer.folder, name), os.path.join(tmp, name))
+        with open(os.path.join(tmp, MARK_FILE), "w", encoding="utf-8") as f:
+            f.write(json.dumps({MARK: MARK_VALUE, "format": "tokenizer"}))
+    return names
 
 
 def _installed(name):
@@ -394,26 +439,33 @@ def _recorded(model, model_path):
     """`(evaluation crop, class names)` of the run that saved `model_path`, else the model's preprocessing crop."""
     from keras_vit.preprocessing import preprocessing
 
+    if is_text_model(model):
+        return None, None
     classes = metadata(model_path).get("classes", {}) if model_path else {}
     return classes.get("eval_crop", preprocessing(model).crop_fraction), classes.get("class_names")
 
 
-def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=False, quantize=None):
+def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=False, quantize=None, tokenizer=None,
+           card_fields=None):
     """Writes `model` (a `keras.Model` or a `.keras` path) as `fmt` to `output`, and beside it
     `output.serving.json` (`serving_card`: the input's name, layout and preprocessing, how to
     call the runtime); returns the largest absolute difference found by `verify` (None when not
     verified). What is at `output` is replaced only by a complete, verified export, and only if
     it is an earlier export of `fmt` or `overwrite` is set. `quantize` ("int8", "float8",
     "int4") exports a quantized copy (see `keras_vit.inference.quantization`), verified against
-    that copy."""
+    that copy. A text tower's `tokenizer` (`keras_vit.text.tokenizers.Tokenizer`) has its files
+    copied to `OUTPUT.tokenizer/` and named in the card; `card_fields` replace the card's own
+    (an image-text model's preprocessing and what its outputs hold)."""
     model_path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
     check_requirements(fmt, verify_outputs)
     check_quantize(fmt, quantize)
-    check_output(fmt, output, model_path, overwrite)
+    check_output(fmt, output, model_path, overwrite, tokenizer=tokenizer is not None)
     if model_path is not None:
         model = load_keras_file(model_path)
     crop, names = _recorded(model, model_path)
-    record = card(model, fmt, output, crop_fraction=crop, class_names=names, naflex=is_naflex(model))
+    record = {**card(model, fmt, output, crop_fraction=crop, class_names=names, naflex=is_naflex(model),
+                    text=is_text_model(model)),
+              **(card_fields or {})}
     if quantize is not None:
         from keras_vit.inference.quantization import quantized_copy
 
@@ -432,6 +484,8 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
                 error = verify(model, fmt, tmp, atol=atol)
             except ExportMismatch as mismatch:
                 raise ExportMismatch(f"{mismatch} Nothing was written to {output}.") from None
+    if tokenizer is not None:
+        record["tokenizer"] = tokenizer.card(os.path.basename(tokenizer_path(output)), _copy_tokenizer(tokenizer, output))
     write_json(card_path(output), record)
     return error
 

@@ -16,7 +16,8 @@ from keras_vit.preprocessing import preprocessing
 SUFFIX = ".serving.json"
 MARK, MARK_VALUE = "written_by", "keras_vit"
 
-# How each format's runtime is called with a float32 NHWC batch `x` (`serving.run_exported`).
+# How each format's runtime is called with a float32 NHWC batch `x` (a text tower's: int32 token ids)
+# (`serving.run_exported`).
 CALLS = {
     "saved_model": "tf.saved_model.load(PATH).serve(x)",
     "onnx": "onnxruntime.InferenceSession(PATH).run(None, {INPUT: x})[0]",
@@ -33,6 +34,11 @@ NAFLEX_CALL = ("the three inputs by name, {'patches', 'spatial_shapes', 'mask'} 
 def card_path(output):
     """Where the card of the export at `output` goes: beside it, `output` + ".serving.json"."""
     return os.fspath(output).rstrip(os.sep) + SUFFIX
+
+
+def tokenizer_path(output):
+    """Where a text tower export's tokenizer files go: beside it, the folder `output` + ".tokenizer"."""
+    return os.fspath(output).rstrip(os.sep) + ".tokenizer"
 
 
 def is_card(path):
@@ -66,9 +72,18 @@ def _steps(model, size, crop_fraction):
     }
 
 
-def card(model, fmt, output, *, crop_fraction=1.0, class_names=None, naflex=False):
-    """The card of `model` exported as `fmt` at `output` (a dict, see the module docstring)."""
+def card(model, fmt, output, *, crop_fraction=1.0, class_names=None, naflex=False, text=False):
+    """The card of `model` exported as `fmt` at `output` (a dict, see the module docstring); of a
+    `text` tower: its token-id input, `tokenizer` filled in by the export."""
     shape = list(model.inputs[0].shape[1:])
+    if text:  # token ids in (batch, context) rows
+        return {MARK: MARK_VALUE, "format": fmt, "file": os.path.basename(os.fspath(output).rstrip(os.sep)),
+                "call": CALLS[fmt].replace("PATH", "path"),
+                "input": {"name": model.inputs[0].name, "shape": [None, *shape], "dtype": "int32",
+                          "layout": "(batch, context): one row of token ids per text (see tokenizer)",
+                          "dynamic": ["batch"]},
+                "output": {"shape": [None, *model.output_shape[1:]], "holds": "text features (not normalised)"},
+                "preprocessing": None, "tokenizer": None}
     size = shape[0] if not naflex and shape[0] is not None and shape[0] == shape[1] else None
     record = {
         MARK: MARK_VALUE,

@@ -66,9 +66,11 @@ class TextConfig:
             raise ValueError(f"text config: width {self.width} is not divisible by num_heads={self.num_heads}.")
 
 
-def text_config(family, text, projection_dim=None, path="config.json"):
+def text_config(family, text, projection_dim=None, path="config.json", legacy_argmax=True):
     """The `TextConfig` of a transformers text config dict `text` (a pair's `text_config`, or a
-    text model's whole config) of `family`; `projection_dim`: CLIP's (from the pair's config)."""
+    text model's whole config) of `family`; `projection_dim`: CLIP's (from the pair's config);
+    `legacy_argmax`: CLIP's argmax pooling for `eos_token_id == 2` (False: MetaCLIP 2, whose
+    XLM-V end-of-text is id 2)."""
     if not isinstance(text, dict):
         raise ValueError(f"{path}: its text_config is a {type(text).__name__}; expected a JSON object ({{...}}).")
     settings = {**DEFAULTS[family], **{k: v for k, v in text.items() if v is not None}}
@@ -83,7 +85,7 @@ def text_config(family, text, projection_dim=None, path="config.json"):
                   layer_norm_epsilon=float(settings["layer_norm_eps"]))
     if family == "clip":
         eos = settings["eos_token_id"]
-        return TextConfig(**common, causal=True, pooling="argmax" if eos == 2 else "eos", eos_token_id=eos,
+        return TextConfig(**common, causal=True, pooling="argmax" if eos == 2 and legacy_argmax else "eos", eos_token_id=eos,
                           projection_dim=projection_dim or settings.get("projection_dim", width),
                           projection_bias=False)
     return TextConfig(**common, causal=False, pooling="last", projection_dim=settings.get("projection_size") or width,

@@ -1,6 +1,7 @@
 """`ImageTextModel`: an image tower and a text tower in one embedding space (CLIP, SigLIP,
 SigLIP 2), with the family's zero-shot probabilities."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -12,16 +13,16 @@ from keras_vit.applications.from_checkpoint import from_checkpoint
 from keras_vit.files import atomic_path
 from keras_vit.inspect.model_parts import is_naflex
 from keras_vit.naflex import naflex_inputs
-from keras_vit.text import image_processing
+from keras_vit.text import image_processing, names
 from keras_vit.text.model import text_from_checkpoint
-from keras_vit.text.tokenizers import check_labels, tokenizer_from_folder
-from keras_vit.weights.containers import read_json
+from keras_vit.text.tokenizers import FILES, check_labels, tokenizer_from_folder
+from keras_vit.weights.containers import OPEN_CLIP_CONFIG, read_json
+
+OPEN_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 
 # The files `save` writes beside the two models; the tokenizer's are copied as they are.
 SAVED = "image_text.json"
 IMAGE_MODEL, TEXT_MODEL, PREPROCESSOR = "image_model.keras", "text_model.keras", "preprocessor_config.json"
-TOKENIZER_FILES = ("tokenizer.json", "spiece.model", "vocab.json", "merges.txt", "tokenizer_config.json",
-                   "special_tokens_map.json")
 BATCH = 32  # images or texts encoded at a time
 
 
@@ -54,11 +55,22 @@ class ImageTextModel:
         self.logit_scale, self.logit_bias = float(logit_scale), None if logit_bias is None else float(logit_bias)
 
     @classmethod
-    def from_checkpoint(cls, path):
-        """Both towers of a transformers folder (`CLIPModel`, `SiglipModel`, `Siglip2Model`) or of
-        a folder `save` wrote. The image tower is `keras_vit.from_checkpoint(path)`'s; a folder
+    def from_checkpoint(cls, path, force_download=False):
+        """Both towers of a transformers folder (`CLIPModel`, `SiglipModel`, `Siglip2Model`), an
+        OpenCLIP folder or file (`open_clip_model.safetensors` / `open_clip_pytorch_model.bin`,
+        `open_clip_config.json` and the tokenizer's files beside it), a folder `save` wrote, or a
+        named checkpoint (`keras_vit.text.names.NAMES`: hub ids, e.g. "openai/clip-vit-base-patch16",
+        "google/siglip2-base-patch16-224"; `force_download`: fetch its files again). The image tower is `keras_vit.from_checkpoint(path)`'s; a folder
         without a text tower is refused (use `keras_vit.from_checkpoint` for its image tower)."""
         path = os.fspath(path)
+        if not os.path.exists(path) and path in names.NAMES:
+            path = names.fetch(path, force_download)
+        elif not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such folder or file, nor a named image-text checkpoint "
+                                    "(keras_vit.text.names.NAMES: hub ids such as openai/clip-vit-base-patch32, "
+                                    "google/siglip2-base-patch16-224).")
+        if os.path.isfile(path) and os.path.basename(path) in OPEN_CLIP_FILES:  # its folder holds the tokenizer
+            path = os.path.dirname(os.path.abspath(path))
         if os.path.isfile(os.path.join(path, SAVED)):
             return cls._load(path)
         text_model, tokenizer, tower = text_from_checkpoint(path)
@@ -66,9 +78,13 @@ class ImageTextModel:
             raise ValueError(f"{path}: a text tower alone; ImageTextModel needs a folder with both towers "
                              "(CLIPModel, SiglipModel, Siglip2Model).")
         image_model = from_checkpoint(path)
-        config_path = os.path.join(path, PREPROCESSOR)
-        processing = (image_processing.from_preprocessor_config(read_json(config_path), config_path)
-                      if os.path.isfile(config_path) else image_processing.from_model(image_model))
+        config_path, open_clip_path = os.path.join(path, PREPROCESSOR), os.path.join(path, OPEN_CLIP_CONFIG)
+        if os.path.isfile(config_path):
+            processing = image_processing.from_preprocessor_config(read_json(config_path), config_path)
+        elif os.path.isfile(open_clip_path):
+            processing = image_processing.from_open_clip_config(read_json(open_clip_path), open_clip_path)
+        else:
+            processing = image_processing.from_model(image_model)
         scale = 1.0 if tower.logit_scale is None else np.asarray(tower.logit_scale.load()).reshape(-1)[0]
         bias = None if tower.logit_bias is None else np.asarray(tower.logit_bias.load()).reshape(-1)[0]
         return cls(image_model, text_model, tokenizer, processing, tower.config.family, scale, bias)
@@ -93,7 +109,7 @@ class ImageTextModel:
             os.makedirs(tmp)
             self.image_model.save(os.path.join(tmp, IMAGE_MODEL))
             self.text_model.save(os.path.join(tmp, TEXT_MODEL))
-            for name in TOKENIZER_FILES:
+            for name in FILES:
                 if os.path.isfile(source := os.path.join(self.tokenizer.folder, name)):
                     shutil.copyfile(source, os.path.join(tmp, name))
             saved = dict(family=self.family, logit_scale=self.logit_scale, logit_bias=self.logit_bias,
@@ -129,18 +145,26 @@ class ImageTextModel:
         return cosine * np.exp(self.logit_scale) + (self.logit_bias or 0.0)
 
     def classifier(self, labels, template=None):
-        """A Keras classifier of the labels: `image_model`, its features L2-normalised, then a Dense
-        `zero_shot_head` initialised from the labels' text features (scaled by `exp(logit_scale)`,
-        bias `logit_bias` or 0) and the family's softmax / sigmoid: `zero_shot`'s probabilities for
-        prepared images (`image_inputs`), as the start of a fine-tuning."""
+        """The zero-shot classifier of the labels as an ordinary keras_vit Vision Transformer: the
+        image tower's layers and weights, its features scaled to unit length (`unit_features`),
+        then a `head` initialised from the labels' unit text features times `exp(logit_scale)`
+        (bias `logit_bias`, else 0) and the family's softmax / sigmoid: `zero_shot`'s probabilities
+        for prepared images (`image_inputs`). Saved as `.keras`, it is the start of a fine-tuning
+        (`keras-vit train --weights CLASSIFIER.keras`)."""
+        from keras_vit.applications.from_checkpoint import vit_of_checkpoint
+        from keras_vit.weights.canonical import HEAD
+        from keras_vit.weights.export import model_checkpoint
+        from keras_vit.weights.lazy import LazyArray
+
         texts = _unit(self.encode_text(check_labels(labels, template)).astype(np.float64))
-        features = self.image_model.outputs[0]
-        head = keras.layers.Dense(len(texts), activation="softmax" if self.family == "clip" else "sigmoid",
-                                  name="zero_shot_head")
-        outputs = head(keras.layers.UnitNormalization(name="normalise")(features))
-        head.kernel.assign((texts.T * np.exp(self.logit_scale)).astype("float32"))
-        head.bias.assign(np.full(len(texts), self.logit_bias or 0.0, "float32"))
-        return keras.Model(self.image_model.inputs, outputs, name="zero_shot_classifier")
+        head = {HEAD[0]: (texts.T * np.exp(self.logit_scale)).astype(np.float32),
+                HEAD[1]: np.full(len(texts), self.logit_bias or 0.0, np.float32)}
+        tower = model_checkpoint(self.image_model)
+        ckpt = dataclasses.replace(tower, path="the zero-shot head", unit_features=True, tensors={
+            **tower.tensors, **{key: LazyArray.wrap(value, "the zero-shot head") for key, value in head.items()}})
+        shape = None if is_naflex(self.image_model) else tuple(self.image_model.inputs[0].shape[1:])
+        return vit_of_checkpoint(ckpt, input_shape=shape, name="zero_shot_classifier",
+                                 classifier_activation="softmax" if self.family == "clip" else "sigmoid")
 
     def zero_shot(self, images, labels, template=None):
         """`(B, T)` probabilities of each label (through `template`, e.g. "a photo of a {}.") for each

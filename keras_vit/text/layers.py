@@ -49,7 +49,9 @@ class TextPooling(keras.layers.Layer):
         ids = ops.cast(ids, "int32")
         keys = ops.cast(ops.equal(ids, self.eos_token_id), "int32") if self.pooling == "eos" else ids
         index = ops.argmax(keys, axis=-1)  # the first of equal maxima
-        return ops.take_along_axis(tokens, ops.reshape(ops.cast(index, "int32"), (-1, 1, 1)), axis=1)[:, 0]
+        # a one-hot sum (exact) rather than take_along_axis, whose broadcast fixes the batch in torch.export
+        picked = ops.one_hot(index, ops.shape(tokens)[1], dtype=tokens.dtype)
+        return ops.sum(tokens * picked[..., None], axis=1)
 
     def compute_output_shape(self, tokens_shape, ids_shape):
         return (tokens_shape[0], tokens_shape[-1])

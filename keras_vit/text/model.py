@@ -4,6 +4,7 @@ embeddings, pooled at one token per text, then projected."""
 import os
 
 import keras
+import numpy as np
 
 from keras_vit.layers.encoder import Encoder
 from keras_vit.text.config import TextConfig
@@ -38,3 +39,22 @@ def text_from_checkpoint(path):
     model = text_transformer(tower.config)
     assign(model, keras_weights(tower), path)
     return model, tokenizer_from_folder(path, tower.config.family, tower.config.context, tower.config.vocab_size), tower
+
+
+def is_text_model(model):
+    """Whether `model` is a `text_transformer` (token ids in, text features out)."""
+    try:
+        return isinstance(model.get_layer("embedding"), TextEmbedding)
+    except ValueError:
+        return False
+
+
+def sample_ids(model, count=3, seed=0):
+    """`(count, context)` random int32 token ids for `model` (a `text_transformer`), each row with
+    its end-of-text token at a random place when the tower pools there."""
+    embedding, pooling = model.get_layer("embedding"), model.get_layer("pooling")
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, embedding.vocab_size, (count, embedding.context)).astype(np.int32)
+    if pooling.pooling == "eos":
+        ids[np.arange(count), rng.integers(1, embedding.context, count)] = pooling.eos_token_id
+    return ids

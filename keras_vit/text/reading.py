@@ -1,6 +1,6 @@
 """Reading the text tower of a transformers folder: `CLIPModel`, `CLIPTextModelWithProjection`,
 `SiglipModel` (SigLIP and the fixed-resolution SigLIP 2), `SiglipTextModel`, `Siglip2Model`,
-`Siglip2TextModel`. The tensors come through `keras_vit.weights.containers` (safetensors or
+`Siglip2TextModel`, `MetaClip2Model`, `MetaClip2TextModelWithProjection`; or of an OpenCLIP folder (`keras_vit.text.open_clip`). The tensors come through `keras_vit.weights.containers` (safetensors or
 PyTorch files, sharded or not); no Keras until they are assigned."""
 
 import dataclasses
@@ -8,13 +8,17 @@ import os
 
 import numpy as np
 
+from keras_vit.text import open_clip
 from keras_vit.text.config import text_config
 from keras_vit.weights.containers import read_folder
 
 # config.json's model_type -> (family, holds an image tower too)
 MODEL_TYPES = {"clip": ("clip", True), "clip_text_model": ("clip", False), "siglip": ("siglip", True),
                "siglip_text_model": ("siglip", False), "siglip2": ("siglip2", True),
-               "siglip2_text_model": ("siglip2", False)}
+               "siglip2_text_model": ("siglip2", False), "metaclip_2": ("clip", True),
+               "metaclip_2_text_model": ("clip", False)}
+# CLIP-family models pooled at `eos_token_id` whatever it is (not OpenAI CLIP's legacy argmax for id 2)
+EOS_POOLED = ("metaclip_2", "metaclip_2_text_model")
 LAYER = "encoder.layers.{i}."
 
 
@@ -40,6 +44,9 @@ def read_text_tower(folder):
     raw = read_folder(folder)
     config = raw.meta.get("config") or {}
     kind = config.get("model_type")
+    if kind not in MODEL_TYPES and open_clip.is_open_clip(raw.tensors):
+        settings, tensors, scale, bias = open_clip.read(folder, raw.tensors, raw.meta)
+        return TextTower(folder, settings, tensors, scale, bias, "visual.conv1.weight" in raw.tensors)
     if kind not in MODEL_TYPES:
         raise ValueError(f"{folder}: config.json's model_type is {kind!r}, which has no text tower keras_vit reads "
                          f"(expected one of {', '.join(MODEL_TYPES)}); for an image tower alone use "
@@ -51,7 +58,8 @@ def read_text_tower(folder):
         raise ValueError(f"{folder}: no text tower (text_model.* weights) in this {kind} folder; for its image tower "
                          "alone use keras_vit.from_checkpoint.")
     text = config.get("text_config", {}) if pair else config
-    settings = text_config(family, text, config.get("projection_dim") if pair else None, os.path.join(folder, "config.json"))
+    settings = text_config(family, text, config.get("projection_dim") if pair else None, os.path.join(folder, "config.json"),
+                           legacy_argmax=kind not in EOS_POOLED)
     scale, bias = (tensors.pop(name, None) for name in ("logit_scale", "logit_bias"))
     return TextTower(folder, settings, tensors, scale, bias, pair)
 

@@ -25,6 +25,8 @@ _PUNCTUATION = str.maketrans("", "", string.punctuation)
 SPECIAL = {"clip": dict(bos_token="<|startoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>"),
            "siglip": dict(eos_token="</s>", pad_token="</s>"),
            "siglip2": dict(eos_token="<eos>", pad_token="<pad>")}
+# A tokenizer's files, as checkpoints ship them (`save` and the exports copy those present).
+FILES = ("tokenizer.json", "spiece.model", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
 CLIP_SPLIT = r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
 
 
@@ -83,6 +85,15 @@ class Tokenizer:
 
     def encode(self, text):
         return list(self._encode(self.clean(text)))
+
+    def card(self, folder, files):
+        """What a serving card says of this tokenizer, copied as `files` into `folder`."""
+        sequence = ("bos_id, " if self.bos_id is not None else "") + "the text's ids (cut to fit), eos_id, pad_id up to context"
+        return {"folder": folder, "files": list(files), "family": self.family, "context": self.context,
+                "bos_id": self.bos_id, "eos_id": self.eos_id, "pad_id": self.pad_id, "sequence": sequence,
+                "clean_up": "none (the BPE's own normaliser)" if self.family == "clip" else
+                "lower case, ASCII punctuation removed, white space collapsed",
+                "load": f"keras_vit.text.tokenizer_from_folder(folder, {self.family!r}, {self.context})(texts)"}
 
     def __call__(self, texts):
         texts = check_texts(texts)

@@ -115,15 +115,36 @@ class Run:
         return self.setup.train_model.evaluate(self.val_ds, verbose=0, return_dict=True)
 
 
+# The builder options a checkpoint holds that the model must share to load it, which a run takes
+# from its weights: CLIP's image tower and a zero-shot head's unit-length features.
+WEIGHTS_OWN = ("pre_norm", "patch_bias", "projection_dim", "unit_features")
+
+
+def _weights_and_own(config):
+    """`(weights, options)`: `config.weights` read once as a `Checkpoint`, and its `WEIGHTS_OWN`."""
+    if config.weights is None:
+        return None, {}
+    from keras_vit.model_config import ViTConfig
+    from keras_vit.weights.reading import weights_checkpoint
+
+    ckpt = weights_checkpoint(config.weights, ViTConfig(**config.architecture()))
+    own = ckpt.architecture()
+    return ckpt, {name: own[name] for name in WEIGHTS_OWN}
+
+
 def build_vit(config, **head):
     """The ViT `config` describes (architecture, input size, regularisation, weights, remat),
     with the builder arguments of its `head` (`include_top`, `pooling`, `classes`, ...): a named
     model's builder (its family's options), or `VisionTransformer` for model 'custom'."""
     size = config.image_size
+    weights, own = _weights_and_own(config)
+    if not head.get("include_top", True):
+        own.pop("unit_features", None)
     builder = VisionTransformer if config.model == "custom" else getattr(applications, config.model)
     return builder(
         **config.architecture(),
-        weights=config.weights,
+        **own,
+        weights=weights,
         input_shape=(size, size, 3),
         dropout_rate=config.dropout,
         attention_dropout_rate=config.attention_dropout,

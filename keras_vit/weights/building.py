@@ -50,6 +50,10 @@ def check_architecture(ckpt, config):
         if getattr(ckpt, name) != getattr(config, name):
             problems.append(f"the checkpoint has {name}={getattr(ckpt, name)}, the model {name}={getattr(config, name)} "
                             f"(build it with {name}={getattr(ckpt, name)})")
+    if config.include_top and ckpt.classes == config.classes and bool(ckpt.unit_features) != config.unit_features:
+        problems.append(f"the checkpoint's head reads {'unit-length' if ckpt.unit_features else 'unscaled'} features, "
+                        f"the model's {'unit-length' if config.unit_features else 'unscaled'} ones (build it with "
+                        f"unit_features={bool(ckpt.unit_features)})")
     if config.projection_dim and ckpt.projection_dim != config.projection_dim:
         problems.append(f"the checkpoint's image projection is {ckpt.projection_dim or 'absent'} wide, the model's "
                         f"{config.projection_dim} (build it with projection_dim={ckpt.projection_dim})")

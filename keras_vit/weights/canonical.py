@@ -414,6 +414,7 @@ class Checkpoint:
             pre_norm=self.pre_norm,
             patch_bias=self.patch_bias,
             projection_dim=self.projection_dim,
+            unit_features=bool(self.unit_features),
         )
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from keras_vit.files import check_space, check_target, one_line_errors
 from keras_vit.weights import containers, formats, variables
 from keras_vit.weights.canonical import EOMT_MASK_PROBS, EOMT_QUERIES, Checkpoint
-from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS
+from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, HEAD_OPTIONS
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.reading import weights_checkpoint
 
@@ -53,7 +53,7 @@ def model_checkpoint(model):
         rope_theta=attention.rope_theta if rope else None, key_bias=attention.key_bias, naflex=naflex,
         rope_form=attention.rope_form if rope else None, sincos_form=getattr(posembed, "form", None) if not rope else None,
         rope_indexing=rope.indexing if rope else None, rope_reference_grid=rope.reference_grid if rope else None,
-        quick_gelu=block.mlp.quick_gelu,
+        quick_gelu=block.mlp.quick_gelu, unit_features="unit_features" in names,
     )
 
 
@@ -108,7 +108,7 @@ def _check_block_options(fmt, ckpt):
     from keras_vit.model_config import ViTConfig
 
     architecture = ckpt.architecture()
-    refused = [name for name in BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS
+    refused = [name for name in BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS + HEAD_OPTIONS
                if architecture[name] != ViTConfig.__dataclass_fields__[name].default and name not in fmt.block_options]
     if refused:
         used = ", ".join(f"{name}={architecture[name]!r}" for name in refused)

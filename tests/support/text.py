@@ -6,6 +6,8 @@ family's own tokenizer files trained here on a few sentences (`tokenizers`' BPE 
 import json
 import os
 
+import numpy as np
+
 from tests.support.checkpoints import randomize_family_model
 
 SENTENCES = ["a photo of a cat", "a photo of a dog", "a picture of two dogs playing", "an image of a red car",
@@ -86,19 +88,20 @@ def siglip_folder(folder, tokenizer="spiece", seed=0):
     return model
 
 
-def clip_folder(folder, text_only=False, seed=0):
+def clip_folder(folder, text_only=False, seed=0, kind="CLIP", eos_token_id=1):
     """A random `CLIPModel` (or `CLIPTextModelWithProjection`) folder with CLIP's BPE files and a
-    `CLIPImageProcessor` config (shortest edge, centre crop); the torch model."""
+    `CLIPImageProcessor` config (shortest edge, centre crop); the torch model. `kind="MetaClip2"`:
+    a `MetaClip2Model` (CLIP's architecture, pooled at `eos_token_id` whatever its value)."""
     import transformers
 
     vocab = write_clip_tokenizer(folder)
-    text = dict(TOWER, vocab_size=vocab, max_position_embeddings=77, bos_token_id=0, eos_token_id=1, pad_token_id=1,
-                projection_dim=24)
+    text = dict(TOWER, vocab_size=vocab, max_position_embeddings=77, bos_token_id=0, eos_token_id=eos_token_id,
+                pad_token_id=1, projection_dim=24)
     if text_only:
-        model = transformers.CLIPTextModelWithProjection(transformers.CLIPTextConfig(**text))
+        model = getattr(transformers, f"{kind}TextModelWithProjection")(getattr(transformers, f"{kind}TextConfig")(**text))
     else:
-        config = transformers.CLIPConfig(text_config=text, vision_config=VISION, projection_dim=24)
-        model = transformers.CLIPModel(config)
+        config = getattr(transformers, f"{kind}Config")(text_config=text, vision_config=VISION, projection_dim=24)
+        model = getattr(transformers, f"{kind}Model")(config)
         transformers.CLIPImageProcessor(size={"shortest_edge": IMAGE}, crop_size={"height": IMAGE, "width": IMAGE}
                                         ).save_pretrained(folder)
     model = randomize_family_model(model, seed)
@@ -118,4 +121,78 @@ def siglip2_folder(folder, seed=0):
     model = randomize_family_model(transformers.Siglip2Model(config), seed)
     model.save_pretrained(folder)
     transformers.Siglip2ImageProcessor(patch_size=8, max_num_patches=16).save_pretrained(folder)
+    return model
+
+
+def open_clip_keys(sd, depth):
+    """transformers' CLIP image tower as OpenCLIP's `visual.*` state dict (open_clip `transformer.py`)."""
+    v = "vision_model."
+    out = {
+        "visual.conv1.weight": sd[v + "embeddings.patch_embedding.weight"],
+        "visual.class_embedding": sd[v + "embeddings.class_embedding"],
+        "visual.positional_embedding": sd[v + "embeddings.position_embedding.weight"],
+        "visual.ln_pre.weight": sd[v + "pre_layrnorm.weight"], "visual.ln_pre.bias": sd[v + "pre_layrnorm.bias"],
+        "visual.ln_post.weight": sd[v + "post_layernorm.weight"], "visual.ln_post.bias": sd[v + "post_layernorm.bias"],
+        "visual.proj": sd["visual_projection.weight"].T.copy(),
+    }
+    out.update(_open_clip_blocks(sd, v, "visual.", depth))
+    return out
+
+
+def _open_clip_blocks(sd, theirs_prefix, ours_prefix, depth):
+    """transformers' encoder layers as OpenCLIP's `transformer.resblocks.{i}.` (q, k, v fused in `in_proj`)."""
+    out = {}
+    for i in range(depth):
+        theirs, ours = f"{theirs_prefix}encoder.layers.{i}.", f"{ours_prefix}transformer.resblocks.{i}."
+        for p in ("weight", "bias"):
+            out[ours + f"attn.in_proj_{p}"] = np.concatenate([sd[theirs + f"self_attn.{n}_proj.{p}"] for n in "qkv"])
+            for mine, hf in (("attn.out_proj", "self_attn.out_proj"), ("ln_1", "layer_norm1"), ("ln_2", "layer_norm2"),
+                             ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2")):
+                out[ours + f"{mine}.{p}"] = sd[theirs + f"{hf}.{p}"]
+    return out
+
+
+def open_clip_state(model):
+    """A transformers `CLIPModel`'s weights as one OpenCLIP `CLIP` state dict (NumPy): `visual.*`,
+    the text tower (`token_embedding`, `positional_embedding`, `transformer.*`, `ln_final`,
+    `text_projection` used as `x @ text_projection`) and `logit_scale`."""
+    sd = {k: v.numpy() for k, v in model.state_dict().items()}
+    t = "text_model."
+    out = open_clip_keys(sd, model.config.vision_config.num_hidden_layers)
+    out.update(_open_clip_blocks(sd, t, "", model.config.text_config.num_hidden_layers))
+    out.update({"token_embedding.weight": sd[t + "embeddings.token_embedding.weight"],
+                "positional_embedding": sd[t + "embeddings.position_embedding.weight"],
+                "ln_final.weight": sd[t + "final_layer_norm.weight"], "ln_final.bias": sd[t + "final_layer_norm.bias"],
+                "text_projection": sd["text_projection.weight"].T.copy(), "logit_scale": sd["logit_scale"]})
+    return out
+
+
+def open_clip_folder(folder, kind="safetensors", seed=0):
+    """A random transformers `CLIPModel` (`clip_folder`) rewritten as an OpenCLIP hub folder: its
+    weights as `open_clip_model.safetensors` ("safetensors") or `open_clip_pytorch_model.bin`
+    ("bin"), `open_clip_config.json`, CLIP's tokenizer files; no transformers config or weights.
+    Returns the transformers model."""
+    import torch
+
+    from keras_vit.weights.containers import write_safetensors
+
+    model = clip_folder(folder, seed=seed)
+    for name in ("config.json", "model.safetensors", "preprocessor_config.json"):
+        os.remove(os.path.join(folder, name))
+    state = open_clip_state(model)
+    if kind == "safetensors":
+        write_safetensors(os.path.join(folder, "open_clip_model.safetensors"), state)
+    else:
+        torch.save({k: torch.from_numpy(np.ascontiguousarray(a)) for k, a in state.items()},
+                   os.path.join(folder, "open_clip_pytorch_model.bin"))
+    text, vision = model.config.text_config, model.config.vision_config
+    config = {"model_cfg": {"embed_dim": model.config.projection_dim, "quick_gelu": True,
+                            "vision_cfg": {"image_size": IMAGE, "patch_size": 8, "width": vision.hidden_size,
+                                           "layers": vision.num_hidden_layers,
+                                           "head_width": vision.hidden_size // vision.num_attention_heads},
+                            "text_cfg": {"context_length": 77, "vocab_size": text.vocab_size, "width": text.hidden_size,
+                                         "heads": text.num_attention_heads, "layers": text.num_hidden_layers}},
+              "preprocess_cfg": {"mean": [0.48145466, 0.4578275, 0.40821073], "std": [0.26862954, 0.26130258, 0.27577711]}}
+    with open(os.path.join(folder, "open_clip_config.json"), "w", encoding="utf-8") as handle:
+        json.dump(config, handle)
     return model

@@ -16,6 +16,7 @@ from keras_vit.weights import registry
 from keras_vit.weights.containers import read_safetensors, write_safetensors
 from tests.support.checkpoints import model_of_cached_entry, randomize_family_model
 from tests.support.commands import fails
+from tests.support.text import open_clip_keys
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -64,27 +65,6 @@ def tower(request, tmp_path_factory):
     model.save_pretrained(folder)
     state = {k: v.numpy() for k, v in model.state_dict().items()}
     return str(folder), model, state, request.param == "quick_gelu"
-
-
-def open_clip_keys(sd, depth):
-    """transformers' CLIP image tower as OpenCLIP's `visual.*` state dict (open_clip `transformer.py`)."""
-    v = "vision_model."
-    out = {
-        "visual.conv1.weight": sd[v + "embeddings.patch_embedding.weight"],
-        "visual.class_embedding": sd[v + "embeddings.class_embedding"],
-        "visual.positional_embedding": sd[v + "embeddings.position_embedding.weight"],
-        "visual.ln_pre.weight": sd[v + "pre_layrnorm.weight"], "visual.ln_pre.bias": sd[v + "pre_layrnorm.bias"],
-        "visual.ln_post.weight": sd[v + "post_layernorm.weight"], "visual.ln_post.bias": sd[v + "post_layernorm.bias"],
-        "visual.proj": sd["visual_projection.weight"].T.copy(),
-    }
-    for i in range(depth):
-        theirs, ours = f"{v}encoder.layers.{i}.", f"visual.transformer.resblocks.{i}."
-        for p in ("weight", "bias"):
-            out[ours + f"attn.in_proj_{p}"] = np.concatenate([sd[theirs + f"self_attn.{n}_proj.{p}"] for n in "qkv"])
-            for mine, hf in (("attn.out_proj", "self_attn.out_proj"), ("ln_1", "layer_norm1"), ("ln_2", "layer_norm2"),
-                             ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2")):
-                out[ours + f"{mine}.{p}"] = sd[theirs + f"{hf}.{p}"]
-    return out
 
 
 def timm_keys(sd, depth):

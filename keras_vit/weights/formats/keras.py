@@ -8,7 +8,7 @@ import re
 
 from keras_vit.files import atomic_path
 from keras_vit.weights.canonical import Metadata
-from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, Format
+from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, HEAD_OPTIONS, Format
 from keras_vit.weights.variables import NORM_VARIABLES, TABLE
 
 # The variable names of a layer, in storage order, by the layer's name.
@@ -77,6 +77,7 @@ def metadata(raw, tensors):
         key_bias=encoder.get("key_bias"),
         approximate_gelu=encoder.get("approximate_gelu"),
         quick_gelu=encoder.get("quick_gelu"),
+        unit_features=bool(_layer_config(raw.meta.get("config"), "UnitNormalization")) or None,
         num_heads=encoder.get("num_heads"),
         layer_norm_epsilon=encoder.get("layer_norm_epsilon"),
         pooling=_layer_config(raw.meta.get("config"), "TokenPooling").get("mode"),
@@ -114,5 +115,5 @@ FORMAT = Format(
     metadata=metadata,
     write=write,
     suffixes=(".keras", ".weights.h5"),
-    block_options=BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS,
+    block_options=BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS + HEAD_OPTIONS,
 )

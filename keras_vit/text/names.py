@@ -1,0 +1,69 @@
+"""The named image-text checkpoints `ImageTextModel.from_checkpoint(name)` reads: Hugging Face hub
+repositories holding both towers in transformers' layout, each name its repository id (as the
+image towers' named weights are). Plain Python, no Keras.
+
+A name's files (config, weights, image processor and tokenizer files) come from the hub through
+`huggingface_hub.snapshot_download` (its cache); a folder holding them put by hand at
+`local_folder(name)` is read instead, without network."""
+
+import os
+import types
+
+from keras_vit.text.tokenizers import FILES as TOKENIZER_FILES
+from keras_vit.weights.download import DownloadError
+from keras_vit.weights.registry import cache_path
+
+# repository id -> licence of its weights
+CLIP = {f"openai/clip-vit-{size}": "mit" for size in ("base-patch32", "base-patch16", "large-patch14",
+                                                      "large-patch14-336")}
+CLIP.update({f"laion/CLIP-ViT-{name}": "mit" for name in ("B-32-laion2B-s34B-b79K", "L-14-laion2B-s32B-b82K",
+                                                          "H-14-laion2B-s32B-b79K", "bigG-14-laion2B-39B-b160k")})
+SIGLIP = {f"google/siglip-{name}": "apache-2.0" for name in (
+    "base-patch16-224", "base-patch16-256", "base-patch16-384", "base-patch16-512", "large-patch16-256",
+    "large-patch16-384", "so400m-patch14-224", "so400m-patch14-384")}
+SIGLIP2 = {f"google/siglip2-{name}": "apache-2.0" for name in (
+    "base-patch16-224", "base-patch16-256", "base-patch16-384", "base-patch16-512", "large-patch16-256",
+    "large-patch16-384", "large-patch16-512", "so400m-patch14-224", "so400m-patch14-384", "so400m-patch16-256",
+    "so400m-patch16-384", "so400m-patch16-512", "giant-opt-patch16-256", "giant-opt-patch16-384",
+    "base-patch16-naflex", "so400m-patch16-naflex")}
+NAMES = {**CLIP, **SIGLIP, **SIGLIP2}
+# the files of a repository that are read (transformers' single or sharded safetensors)
+PATTERNS = ("config.json", "preprocessor_config.json", "model.safetensors", "model.safetensors.index.json",
+            "model-*.safetensors", *TOKENIZER_FILES)
+
+
+def local_folder(name):
+    """Where the files of the named checkpoint `name` are picked up when put there by hand:
+    `$KERAS_VIT_HOME/ImageText/<owner>--<repository>/`."""
+    place = types.SimpleNamespace(variant="ImageText", name=name.replace("/", "--"), file_name="")
+    return cache_path(place).rstrip(os.sep)
+
+
+def _has_weights(folder):
+    return os.path.isfile(os.path.join(folder, "config.json")) and any(
+        name.startswith("model") and name.endswith((".safetensors", ".json")) for name in os.listdir(folder))
+
+
+def fetch(name, force_download=False):
+    """The local folder of the named checkpoint `name`: `local_folder(name)` where it holds a
+    config and weights, else the Hugging Face cache's snapshot (downloaded if needed; again with
+    `force_download`). Offline or without `huggingface_hub`: a one-line `DownloadError` saying
+    where to put the files."""
+    if name not in NAMES:
+        raise ValueError(f"{name!r} is not a named image-text checkpoint; expected a folder or one of "
+                         f"{', '.join(NAMES)}.")
+    target = local_folder(name)
+    if os.path.isdir(target) and _has_weights(target) and not force_download:
+        return target
+    where = f"put its {', '.join(PATTERNS[:3])} and tokenizer files in {target}; they are picked up from there"
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise DownloadError(f"Reading {name} needs huggingface_hub (pip install huggingface_hub), or {where}.") from None
+    try:
+        return huggingface_hub.snapshot_download(repo_id=name, allow_patterns=list(PATTERNS),
+                                                 **({"force_download": True} if force_download else {}))
+    except Exception as error:  # the hub client's network and HTTP errors
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise DownloadError(f"Could not download {name} from the Hugging Face hub ({reason}). To use it without "
+                            f"downloading it here, {where}.") from error

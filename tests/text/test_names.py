@@ -1,0 +1,73 @@
+"""Named image-text checkpoints (`ImageTextModel.from_checkpoint("google/siglip-base-patch16-224")`):
+their files through `huggingface_hub.snapshot_download` (replaced here: no network), a folder put
+by hand at `names.local_folder(name)` read without it, offline one line naming that folder."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.cli import main
+from keras_vit.text import names
+from keras_vit.weights.download import DownloadError
+from tests.support.text import siglip_folder
+
+huggingface_hub = pytest.importorskip("huggingface_hub")
+pytest.importorskip("transformers")
+NAME = "google/siglip-base-patch16-224"
+TEXTS = ["a photo of a cat", "a dog"]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("siglip"))
+    siglip_folder(path)
+    return path, keras_vit.ImageTextModel.from_checkpoint(path).encode_text(TEXTS)
+
+
+def test_a_name_reads_the_hub_snapshot(folder, monkeypatch):
+    path, expected = folder
+    calls = []
+
+    def snapshot_download(**kwargs):
+        calls.append(kwargs)
+        return path
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    model = keras_vit.ImageTextModel.from_checkpoint(NAME)
+    np.testing.assert_array_equal(model.encode_text(TEXTS), expected)
+    assert [call["repo_id"] for call in calls] == [NAME]
+    assert {"config.json", "model.safetensors", "spiece.model", "tokenizer.json"} <= set(calls[0]["allow_patterns"])
+
+
+@pytest.mark.backend_independent
+def test_offline_names_the_folder_to_fill_and_reads_it(folder, monkeypatch, capsys, tmp_path):
+    path, expected = folder
+
+    def offline(**kwargs):
+        raise OSError("no network\nmore lines")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    target = names.local_folder(NAME)
+    assert target.startswith(os.environ["KERAS_VIT_HOME"]) and target.endswith("google--siglip-base-patch16-224")
+    with pytest.raises(DownloadError, match=f"no network\\). .*put its .* in {target};") as error:
+        keras_vit.ImageTextModel.from_checkpoint(NAME)
+    assert "\n" not in str(error.value)
+    out = str(tmp_path / "x.keras")
+    assert main(["zero-shot", "--weights", NAME, "--labels", "a cat", "--save-classifier", out]) == 2
+    assert target in capsys.readouterr().err and not os.path.exists(out)
+    shutil.copytree(path, target)  # put there by hand: read without the hub
+    np.testing.assert_array_equal(keras_vit.ImageTextModel.from_checkpoint(NAME).encode_text(TEXTS), expected)
+
+
+@pytest.mark.backend_independent
+def test_unknown_names_are_refused_in_one_line(capsys, tmp_path):
+    with pytest.raises(FileNotFoundError, match="nor a named image-text checkpoint"):
+        keras_vit.ImageTextModel.from_checkpoint("google/siglip-tiny-patch1")
+    with pytest.raises(ValueError, match="not a named image-text checkpoint"):
+        names.fetch("nobody/nothing")
+    out = str(tmp_path / "y.keras")
+    assert main(["zero-shot", "--weights", "nobody/nothing", "--labels", "a", "--save-classifier", out]) == 2
+    assert "nor a named checkpoint" in capsys.readouterr().err
