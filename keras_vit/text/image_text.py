@@ -160,8 +160,9 @@ class ImageTextModel:
         head = {HEAD[0]: (texts.T * np.exp(self.logit_scale)).astype(np.float32),
                 HEAD[1]: np.full(len(texts), self.logit_bias or 0.0, np.float32)}
         tower = model_checkpoint(self.image_model)
-        ckpt = dataclasses.replace(tower, path="the zero-shot head", unit_features=True, tensors={
-            **tower.tensors, **{key: LazyArray.wrap(value, "the zero-shot head") for key, value in head.items()}})
+        ckpt = dataclasses.replace(tower, path="the zero-shot head", tensors={
+            **tower.tensors, **{key: LazyArray.wrap(value, "the zero-shot head") for key, value in head.items()}}
+        ).with_options(unit_features=True)
         shape = None if is_naflex(self.image_model) else tuple(self.image_model.inputs[0].shape[1:])
         return vit_of_checkpoint(ckpt, input_shape=shape, name="zero_shot_classifier",
                                  classifier_activation="softmax" if self.family == "clip" else "sigmoid")
