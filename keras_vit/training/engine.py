@@ -25,7 +25,7 @@ import keras
 
 from keras_vit import run_folder
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.files import regular_file, write_json, write_text
+from keras_vit.files import one_line_errors, regular_file, write_json, write_text
 from keras_vit.data import naflex as naflex_pipeline, pipeline
 from keras_vit.data.sources import load_source
 from keras_vit.lora import adapter as lora
@@ -105,7 +105,9 @@ class Run:
         plan = self.plan
         with plan.saving(self.setup.train_model), checkpointing.save_target(path, plan.is_chief, plan.collective_save) as tmp:
             if tmp:
-                model.save(tmp)
+                checkpointing.check_room(model, tmp)
+                with one_line_errors(path):
+                    model.save(tmp)
         plan.gather([0])  # a barrier: every process sees the chief's file complete
         return path
 

@@ -65,8 +65,7 @@ def test_run_state_naming_a_file_out_of_its_folder_is_refused(tmp_path):
     for name in ("../../other_run/x.weights.h5", "/etc/passwd", "step-1.weights.h5/../x", 3):
         (folder / "state.json").write_text(json.dumps({"step": 1, "weights": name}))
         state = checkpointing.RunState(str(tmp_path / "run"), None)
-        with pytest.raises(ValueError, match="only a plain 'step-N.weights.h5'"):
-            state.tidy()
+        state.tidy()  # deletes nothing: the state to keep is not proven
         with pytest.raises(ValueError, match="only a plain 'step-N.weights.h5'"):
             state.restore(None)
     assert (other / "x.weights.h5").read_bytes() == b"precious"
