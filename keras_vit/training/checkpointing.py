@@ -78,16 +78,40 @@ def read_state(directory):
         if not os.path.isfile(path):
             raise BadRunState(f"{error} Move it away to start the run anew.") from None
         raise BadRunState(f"{path} is not valid JSON ({error}); move it away to start the run anew.") from None
-    weights = state.get("weights") if isinstance(state, dict) else None
-    step = state.get("step") if isinstance(state, dict) else None
+    if not isinstance(state, dict):
+        raise BadRunState(f"{path} holds {type(state).__name__}, not the run state's object; move it away to start "
+                          "the run anew.")
+    weights = state.get("weights")
     if not (isinstance(weights, str) and WEIGHTS_NAME.fullmatch(weights)):
         raise BadRunState(
             f"{path} names weights {weights!r}; only a plain 'step-N.weights.h5' file in that folder is accepted "
             "(it was not loaded and nothing was deleted)."
         )
-    if not (isinstance(step, int) and step >= 0):
-        raise BadRunState(f"{path} has step {step!r}; expected a whole number >= 0.")
+    for field, (ok, expected) in STATE_FIELDS.items():
+        value = state.get(field, None if field in OPTIONAL else MISSING)
+        if not ok(value):
+            shown = "no value" if value is MISSING else repr(value)[:80]
+            raise BadRunState(f"{path} has {field} {shown}; expected {expected} (nothing was loaded or deleted: "
+                              "start over with --fresh, or another --output-dir).")
     return state
+
+
+MISSING = object()
+OPTIONAL = ("best", "best_epoch")  # none yet
+
+
+def _count(low):
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+# The fields of `state.json` besides `weights`: (check, what is expected).
+STATE_FIELDS = {
+    "step": (_count(0), "a whole number >= 0"),
+    "best": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)),
+             "a finite number or null"),
+    "best_epoch": (lambda v: v is None or _count(1)(v), "a whole number >= 1 or null"),
+    "fingerprint": (lambda v: isinstance(v, dict), "an object of the run's settings"),
+}
 
 
 def proven_state(directory):
@@ -225,18 +249,30 @@ class RunState(keras.callbacks.Callback):
                 if WEIGHTS_NAME.fullmatch(name) and name != state.get("weights"):
                     os.remove(os.path.join(self.directory, name))
 
-    def restore(self, model):
-        """Loads the saved state into `model` (compiled); returns the step it continues from."""
+    def restore(self, model, total=None):
+        """Loads the saved state into `model` (compiled); returns the step it continues from.
+        Refused in one line: other settings (`SettingsChanged`; a setting its fingerprint does
+        not hold, from an older version, is not compared), a step past `total`, weights that do
+        not fit `model` (`BadRunState`)."""
         state = proven_state(self.directory)
         if state is None:
             return 0
-        saved = state.get("fingerprint", {})
+        saved = state["fingerprint"]
         changed = {k: (saved[k], v) for k, v in self.fingerprint.items() if k in saved and saved[k] != v}
         if changed:
             raise SettingsChanged(self.run_dir, changed)
+        path = os.path.join(self.directory, STATE)
+        if total is not None and state["step"] > total:
+            raise BadRunState(f"{path} is at step {state['step']}, past the end of this run ({total} steps): give more "
+                              "steps or epochs to continue it, or start over (--fresh, or another --output-dir).")
         if not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
-        model.load_weights(os.path.join(self.directory, state["weights"]))
+        try:
+            model.load_weights(os.path.join(self.directory, state["weights"]))
+        except (ValueError, KeyError, TypeError) as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            raise BadRunState(f"{path}: its weights do not fit this run's model ({reason}); resume with the run's "
+                              "settings (its config.json), or start over (--fresh, or another --output-dir).") from None
         self.step = int(state["step"])
         self.good = (state["weights"], self.step)
         self.best, self.best_epoch = state.get("best"), state.get("best_epoch")

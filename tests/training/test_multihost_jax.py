@@ -117,7 +117,7 @@ def test_separate_run_folders_are_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="is not shared: host 1 does not see what host 0 wrote"):
         host1._check_shared()
     (chief / "checkpoint").mkdir()
-    (chief / "checkpoint" / "state.json").write_text(json.dumps({"step": 6, "weights": "step-6.weights.h5"}))
+    (chief / "checkpoint" / "state.json").write_text(json.dumps({"step": 6, "weights": "step-6.weights.h5", "fingerprint": {}}))
     plan = SimpleNamespace(gather=lambda row: [row, [0, 0]])  # host 1 sees no saved state
     with pytest.raises(ValueError, match=r"different saved states .*process 0: step 6 \(state [0-9a-f]{8}\), process 1: no saved state"):
         run_agreement.check_same_state(plan, str(chief))
