@@ -68,7 +68,7 @@ def main(argv=None):
         if error.errno != errno.ENOSPC:
             return _failed(args, error)
         print(f"keras-vit {args.command}: error: {_explain(error)}; free some space and run the same command again "
-              "(a run resumes from its last saved state, left intact).", file=sys.stderr)
+              "(what was there is intact; a run resumes from its last saved state).", file=sys.stderr)
         return EXIT_NO_SPACE
     except (ValueError, ImportError) as error:  # bad input, files, missing packages
         return _failed(args, error)

@@ -426,8 +426,25 @@ def read_keras(path):
 # ------------------------------------------------------------------ folders
 
 
+class JsonConfig(dict):
+    """A JSON object read from `path` (its objects inside too): `get(key, default)` of a key
+    recorded as null where the reader has a default (a value it needs) is a one-line ValueError,
+    never read as the key's absence (e.g. DINOv3's `rope_theta: null` built as another model)."""
+
+    def __init__(self, data, path):
+        super().__init__({k: JsonConfig(v, path) if isinstance(v, dict) else v for k, v in data.items()})
+        self.path = path
+
+    def get(self, key, default=None):
+        value = super().get(key, default)
+        if value is None and default is not None and key in self:
+            raise ValueError(f"{self.path}: {key} is null; expected a value like {default!r} (leave the key out for "
+                             "its default).")
+        return value
+
+
 def read_json(path):
-    """The JSON object (a dict) in the regular file at `path`, or a one-line ValueError."""
+    """The JSON object in the regular file at `path` (a `JsonConfig`), or a one-line ValueError."""
     try:
         with open(regular_file(path, "as part of a checkpoint"), encoding="utf-8") as f:
             data = parse_json(f.read())
@@ -435,7 +452,7 @@ def read_json(path):
         raise ValueError(f"{path}: not a valid JSON file ({error}).") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object ({{...}}), found a {type(data).__name__}.")
-    return data
+    return JsonConfig(data, path)
 
 
 def _sibling_config(path):
