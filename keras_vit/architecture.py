@@ -84,7 +84,8 @@ def _naflex_tokens(config, input_shape, grid):
         "spatial_shapes": keras.Input(shape=(2,), dtype="int32", name="spatial_shapes"),
         "mask": keras.Input(shape=(None,), dtype="int32", name="mask"),
     }
-    tokens = _patch_norm(config, NaFlexPatchEmbedding(p, config.hidden_dim, channels, name="embedding")(inputs["patches"]))
+    embedding = NaFlexPatchEmbedding(p, config.hidden_dim, channels, name="embedding")
+    tokens = _patch_norm(config, embedding(inputs["patches"], inputs["mask"]))
     tokens = NaFlexPositionEmbedding(grid, name="posembed_input")(tokens, inputs["spatial_shapes"])
     return inputs, tokens
 

@@ -1,6 +1,7 @@
 """The `keras-vit` command line: one sub-command per task, registered by its own module."""
 
 import argparse
+import errno
 import importlib.util
 import os
 import re
@@ -27,6 +28,8 @@ KERAS_FREE = ("list-models", "list-weights", "convert")
 # TF_CPP_MIN_LOG_LEVEL does not reach (e.g. "oneDNN custom operations are on" on CPUs with AVX-512).
 STARTUP_NOISE = re.compile(r"WARNING: All log messages before absl::InitializeLog|I0000 |To enable the following instructions")
 # The extra that installs each Keras backend (pyproject.toml).
+# A write that did not fit on the disk: EX_TEMPFAIL (run again once there is room).
+EXIT_NO_SPACE = 75
 BACKEND_EXTRAS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 
 
@@ -69,9 +72,20 @@ def main(argv=None):
     except BrokenPipeError:  # the reader of the output stopped (`| head`): no error to tell
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush into it
         return 1
-    except (ValueError, OSError, ImportError) as error:  # bad input, files, missing packages
-        print(f"keras-vit {args.command}: error: {_explain(error)}", file=sys.stderr)
-        return 2
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            return _failed(args, error)
+        print(f"keras-vit {args.command}: error: {_explain(error)}; free some space and run the same command again "
+              "(what was there is intact; a run resumes from its last saved state).", file=sys.stderr)
+        return EXIT_NO_SPACE
+    except (ValueError, ImportError) as error:  # bad input, files, missing packages
+        return _failed(args, error)
+
+
+def _failed(args, error):
+    """Exit 2 with one line: bad input, files, missing packages."""
+    print(f"keras-vit {args.command}: error: {_explain(error)}", file=sys.stderr)
+    return 2
 
 
 def _import_tensorflow_quietly():

@@ -7,7 +7,8 @@ mean / std for DeiT and DINOv2). On the first `predict`, `fit` or `evaluate` wit
 tensors, the model looks at the first batch and, if it is clearly 0-255 pixels or, mapped back
 to [-1, 1] units by the model's own scaling, in another range ([0, 1] intensities, ImageNet
 mean / std normalisation, [-1, 1] scaled twice, BGR channel order), warns in one line with the
-fix. `model.check_inputs = False` or `KERAS_VIT_CHECK_INPUTS=0` turns it off.
+fix. A NaFlex batch is judged by its images' patches (not the padding), after `naflex.check_batch`
+refuses one whose parts do not fit together. `model.check_inputs = False` or `KERAS_VIT_CHECK_INPUTS=0` turns it off.
 """
 
 import os
@@ -16,6 +17,7 @@ import warnings
 import keras
 import numpy as np
 
+from keras_vit.naflex import check_batch
 from keras_vit.preprocessing import DEFAULT, preprocessing
 # The mean of the red channel minus the blue one of natural photos in [-1, 1] units is about
 # +0.16 (ImageNet); BGR input shows the opposite sign. Only a batch this large is judged.
@@ -82,6 +84,10 @@ def _enabled(model):
 def check_first_batch(model, x, batch_size=None):
     """Warns (once per model) if the first batch of `x` (an array or a tensor; datasets and
     generators are not looked at) is clearly not what the model expects."""
+    if isinstance(x, dict) and "patches" in x:  # a NaFlex batch: checked whole, every time (one line)
+        patches, _, mask = check_batch({key: keras.ops.convert_to_numpy(value) for key, value in x.items()})
+        images = patches[mask != 0]  # its patches as tiny images, the padding left out
+        x = images.reshape(len(images), -1, 1, 3) if images.shape[-1] % 3 == 0 else None
     if getattr(model, "_inputs_checked", False) or not _enabled(model):
         return
     if isinstance(x, (list, tuple, dict)) or not hasattr(x, "shape") or not hasattr(x, "dtype"):

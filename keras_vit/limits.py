@@ -15,6 +15,15 @@ MAX_DEPTH = 2**10  # encoder blocks
 MAX_PIXELS = 2**28  # height x width of an input image (16384 x 16384)
 MAX_PARAMETERS = 2**35  # weights of a model, or elements of one tensor (128 GiB of float32)
 MAX_RANK = 8  # axes of a tensor
+MAX_TENSORS = 2**16  # tensors of one checkpoint file (ViT-22B: about 1,000)
+
+
+def check_tensor_count(count, what):
+    """Raises ValueError (one line naming `what`) if a file declares more than `MAX_TENSORS`
+    tensors: refused at the declared count, before reading them makes the work grow with it."""
+    if count > MAX_TENSORS:
+        raise ValueError(f"{what} declares {count} tensors; accepted: up to {MAX_TENSORS} (the file is damaged or "
+                         "crafted).")
 
 
 def _is_size(value, low):

@@ -15,6 +15,7 @@ import numpy as np
 
 from keras_vit.heads import ends_with_softmax
 from keras_vit.layers.naflex import segment_membership
+from keras_vit.naflex import check_batch, check_count
 
 PACKED_LAYERS = ("fc_norm", "projection", "pre_logits", "head", "predictions")  # after the pooling, where the model has them
 
@@ -41,11 +42,11 @@ def pack(inputs, seq_len=None, max_images=None):
     """`(packed batch, index)` of a NaFlex batch `inputs` (`keras_vit.naflex_inputs`'s dict of
     NumPy arrays): its images packed by `first_fit` into rows of `seq_len` tokens (default:
     the batch's); `index` `(rows, images)` is the image in each place (-1: unused)."""
-    patches, shapes, mask = (np.asarray(inputs[key]) for key in ("patches", "spatial_shapes", "mask"))
-    counts = mask.sum(axis=1).astype(int)
-    if not np.array_equal(counts, shapes.prod(axis=1)):
-        raise ValueError("Each image's mask must cover rows * columns patches (its spatial_shapes), first.")
-    seq_len = seq_len or patches.shape[1]
+    patches, shapes, mask = check_batch(inputs)
+    counts = (mask != 0).sum(axis=1).astype(int)
+    seq_len = patches.shape[1] if seq_len is None else check_count("seq_len", seq_len)
+    if max_images is not None:
+        max_images = check_count("max_images", max_images)
     rows = first_fit(counts, seq_len, max_images)
     images = max(len(row) for row in rows)
     packed = np.zeros((len(rows), seq_len, patches.shape[-1]), patches.dtype)
@@ -66,6 +67,10 @@ def unpack(outputs, index):
     """The per-image `outputs` `(rows, images, ...)` of a packed batch, in the images' order."""
     outputs, index = keras.ops.convert_to_numpy(outputs), np.asarray(index)
     used = index >= 0
+    if (index.ndim != 2 or tuple(outputs.shape[:2]) != index.shape or index.dtype.kind not in "iu"
+            or not np.array_equal(np.sort(index[used]), np.arange(used.sum()))):
+        raise ValueError(f"unpack: index {index.shape} is not the index pack returned with these outputs "
+                         f"{tuple(outputs.shape[:2])}: each image once, -1 for an unused place.")
     result = np.empty((int(used.sum()), *outputs.shape[2:]), outputs.dtype)
     result[index[used]] = outputs[used]
     return result
@@ -85,7 +90,7 @@ def packed_model(model, logits=False):
         "segment_ids": keras.Input(shape=(None,), dtype="int32", name="segment_ids"),
     }
     ids = inputs["segment_ids"]
-    tokens = model.get_layer("embedding")(inputs["patches"])
+    tokens = model.get_layer("embedding")(inputs["patches"], ids)  # padding (id 0) selected out
     tokens = model.get_layer("posembed_input")(tokens, inputs["spatial_shapes"], segment_ids=ids)
     tokens = model.get_layer("dropout")(tokens)
     if "pre_norm" in names:

@@ -16,14 +16,16 @@ into it, and loading a model from it (or by name) with its preprocessing and cla
 
 A folder is a run's when it is missing or empty, or holds a run's `config.json` or
 `checkpoint/state.json`; a run refuses any other folder unless told to use it
-(`overwrite_output_dir`), and a second run while one holds the lock. Every file is written
-under a temporary name and renamed (`keras_vit.files`). Plain Python: Keras is imported
-only to load a model.
+(`overwrite_output_dir`), and a second run while one holds the lock. The lock and the
+heartbeats carry keras_vit's mark (`signed`): a `run.lock` or `hosts` entry without it is a
+user's, never removed nor taken for a run's. Every file is written under a temporary name and
+renamed (`keras_vit.files`). Plain Python: Keras is imported only to load a model.
 """
 
 import contextlib
 import json
 import os
+import re
 import socket
 
 from keras_vit import files
@@ -47,6 +49,12 @@ LOCK = "run.lock"
 RUN_FILES = (CONFIG, CLASSES, LOG, FEWSHOT, BEST, FINAL, ENCODER, LORA, CHECKPOINT, TENSORBOARD)
 # Keys every `config.json` of a run holds (`TrainConfig` fields since the first release).
 CONFIG_KEYS = ("data", "model", "recipe", "output_dir", "batch_size", "image_size")
+
+# The mark of the files keras_vit writes to coordinate a run (the lock, the heartbeats).
+MARK = {"written_by": "keras_vit"}
+# The names keras_vit writes in HOSTS (`training.parallel.hosts`), done or being written.
+HOST_FILE = re.compile(r"(host-\d+|run)\.json(\.\d+\.tmp)?")
+MARKED_SIZE = 2**16  # a marked file is small; a larger one is a user's, not read
 
 OVERWRITE_HINT = "pass --overwrite-output-dir (overwrite_output_dir=True) to write the run into it anyway"
 
@@ -81,14 +89,44 @@ def is_run(run_dir):
     return isinstance(recorded, dict) and all(key in recorded for key in CONFIG_KEYS)
 
 
+def signed(payload):
+    """`payload` (a dict) with keras_vit's `MARK`, as the lock and the heartbeats are written."""
+    return {**payload, **MARK}
+
+
+def read_marked(file):
+    """The JSON dict in `file` if it is a small regular file keras_vit wrote (`MARK`), else None."""
+    try:
+        if os.path.islink(file) or not os.path.isfile(file) or os.path.getsize(file) > MARKED_SIZE:
+            return None
+        with open(files.regular_file(file, "as a keras_vit file"), encoding="utf-8") as handle:
+            payload = files.parse_json(handle.read())
+    except (OSError, ValueError):
+        return None
+    return payload if isinstance(payload, dict) and all(payload.get(k) == v for k, v in MARK.items()) else None
+
+
+def is_own(run_dir, name):
+    """Whether the entry `name` of `run_dir` is what keras_vit leaves while coordinating a run:
+    its marked lock, or a `hosts` folder of marked heartbeats (and their temporary files)."""
+    entry = path(run_dir, name)
+    if name == LOCK:
+        return read_marked(entry) is not None
+    if name != HOSTS or os.path.islink(entry) or not os.path.isdir(entry):
+        return False
+    names = os.listdir(entry)
+    return all(HOST_FILE.fullmatch(n) and (n.endswith(".tmp") or read_marked(os.path.join(entry, n))) for n in names)
+
+
 def check_owned(run_dir, overwrite=False):
     """Raises `NotARunFolder` (one line) unless a run may write into `run_dir`: missing,
-    empty (but for what keras_vit leaves: the lock, temporary files), a run's, or `overwrite`."""
+    empty (but for what keras_vit leaves: its marked lock and heartbeats, temporary files), a
+    run's, or `overwrite`."""
     if not os.path.lexists(run_dir):
         return
     if not os.path.isdir(run_dir):
         raise NotADirectoryError(f"--output-dir {run_dir} is a file, not a folder; choose another output directory.")
-    others = [name for name in os.listdir(run_dir) if name not in (LOCK, HOSTS) and not name.startswith(files.TMP_PREFIX)]
+    others = [name for name in os.listdir(run_dir) if not is_own(run_dir, name) and not name.startswith(files.TMP_PREFIX)]
     if overwrite or not others or is_run(run_dir):
         return
     listed = ", ".join(sorted(others)[:3]) + (", ..." if len(others) > 3 else "")
@@ -99,20 +137,17 @@ def check_owned(run_dir, overwrite=False):
 
 
 def _owner(lock):
-    """`(pid, host)` recorded in the lock file, or None if it cannot be read."""
+    """`(pid, host)` recorded in a lock keras_vit wrote, or None (missing, or not such a lock)."""
+    owner = read_marked(lock)
     try:
-        with open(files.regular_file(lock, "as a run lock"), encoding="utf-8") as handle:
-            owner = json.load(handle)
         return int(owner["pid"]), str(owner["host"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         return None
 
 
 def _stale(owner):
-    """Whether the lock's owner is gone: a dead process of this host (or an unreadable lock).
-    The owner of another host cannot be checked: its lock stays until removed."""
-    if owner is None:
-        return True
+    """Whether the lock's owner is gone: a dead process of this host. The owner of another
+    host cannot be checked: its lock stays until removed."""
     pid, host = owner
     return host == socket.gethostname() and pid != os.getpid() and not files.alive(pid)
 
@@ -120,11 +155,12 @@ def _stale(owner):
 @contextlib.contextmanager
 def locked(run_dir):
     """Holds `run_dir`'s lock for the block: created exclusively (a link to a complete file),
-    holding this process's id and host; a stale lock (its process dead) is taken over; a live
-    one raises `RunInProgress`."""
+    holding this process's id and host and keras_vit's mark; a stale lock (its process dead) is
+    taken over; a live one raises `RunInProgress`; a `run.lock` without the mark (a user's file
+    or folder) is left as it is and refused (`NotARunFolder`)."""
     os.makedirs(run_dir, exist_ok=True)
     lock = path(run_dir, LOCK)
-    mine = {"pid": os.getpid(), "host": socket.gethostname()}
+    mine = signed({"pid": os.getpid(), "host": socket.gethostname()})
     tmp = files.temporary_name(lock)
     try:
         files.write_json(tmp, mine)
@@ -134,13 +170,19 @@ def locked(run_dir):
                 break
             except FileExistsError:
                 owner = _owner(lock)
-                if not _stale(owner):
+                if owner is None and os.path.lexists(lock):
+                    raise NotARunFolder(
+                        f"{lock} is not a lock keras_vit wrote; refusing to remove or use it: move it away, or "
+                        "give another --output-dir."
+                    ) from None
+                if owner is not None and not _stale(owner):
                     pid, host = owner
                     raise RunInProgress(
                         f"{run_dir} is in use by a run of process {pid} on {host} (its lock {lock}); wait for it "
                         "to end, or give another --output-dir (remove the lock only if that run is gone)."
                     ) from None
-                _take_away(lock, owner)
+                if owner is not None:
+                    _take_away(lock, owner)
         else:
             raise RunInProgress(f"Could not take the lock {lock}: other runs keep taking it.")
     finally:

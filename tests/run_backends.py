@@ -74,6 +74,8 @@ QUICK = (
     "tests/training/test_fewshot.py::test_ridge_classifier_matches_scikit_learn",
     "tests/training/test_lora.py::test_a_file_that_is_not_a_lora_file_is_refused_in_one_line",
     "tests/training/test_run_folder.py::test_a_model_file_that_is_a_fifo_is_refused_without_blocking",
+    "tests/training/test_resume_fingerprint.py::test_every_model_option_is_in_the_fingerprint_by_construction",
+    "tests/layers/test_naflex_poison.py::test_bad_arguments_are_refused_in_one_line",
     "tests/text/test_text_layers.py",
     "tests/weights/test_clip.py::test_clip_builder_without_weights_and_bad_options",
     "tests/dense/test_resize.py", "tests/dense/test_model.py::test_bad_arguments_are_refused_in_one_line",

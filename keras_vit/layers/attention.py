@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_vit.layers.fused_attention import dot_product_attention
 from keras_vit.layers.linear import Linear
+from keras_vit.layers.naflex import finite_tokens, poisoned
 from keras_vit.layers.norms import normalization
 from keras_vit.layers.rope import FORMS, THETA, axial_rotation, mixed_frequencies, mixed_rotation, rotate, rotation
 from keras_vit.layers.sublayer import run
@@ -140,10 +141,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if rope is not None:
             q, k = self._rotated(q, k, rope[0])
         weights = None
+        if segment_ids is not None:  # the other images' keys and values taken by selection
+            (k, bad_k), (v, bad_v) = finite_tokens(k), finite_tokens(v)
         if return_attention_weights or (training and self.dropout_rate > 0):
             context, weights = self._explicit_attention(q, k, v, training, valid)
         else:
             context = dot_product_attention(q, k, v, training=bool(training), mask=valid)
+        if segment_ids is not None:
+            context = poisoned(context, valid, ops.maximum(bad_k, bad_v))
         batch, tokens = ops.shape(x)[0], ops.shape(x)[1]
         out = run(self.out, ops.reshape(context, (batch, tokens, self.num_heads * self.head_dim)))
         return (out, weights) if return_attention_weights else out

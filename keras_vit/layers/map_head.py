@@ -5,6 +5,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.linear import Linear
+from keras_vit.layers.naflex import finite_tokens, poisoned
 from keras_vit.layers.mlp import MLPBlock
 from keras_vit.layers.sublayer import run
 
@@ -56,6 +57,8 @@ class MAPHead(keras.layers.Layer):
         batch, n, dim = ops.shape(tokens)[0], ops.shape(tokens)[1], ops.shape(tokens)[-1]
         heads = self.num_heads
         head_dim = dim // heads
+        if segments is not None:  # the other images' tokens taken by selection (`finite_tokens`)
+            tokens, bad = finite_tokens(tokens)
         probe = ops.cast(self.probe, tokens.dtype)
         q = ops.reshape(probe if self.form == "aimv2" else run(self.query, probe), (1, heads, head_dim))
         k = ops.reshape(run(self.key, tokens), (batch, n, heads, head_dim))
@@ -65,7 +68,7 @@ class MAPHead(keras.layers.Layer):
         logits = ops.einsum("bhd,bkhd->bhk", q, k)
         logits = ops.cast(logits, "float32")
         if segments is not None:
-            return self._pool_segments(logits, v, segments)
+            return poisoned(self._pool_segments(logits, v, segments), segments, bad)
         if valid is not None:
             logits = ops.where(ops.cast(ops.expand_dims(valid, 1), "bool"), logits, float("-inf"))
         weights = ops.cast(ops.softmax(logits, axis=-1), v.dtype)

@@ -37,12 +37,17 @@ class NaFlexPatchEmbedding(keras.layers.Layer):
                                       initializer=keras.initializers.LecunNormal())
         self.bias = self.add_weight(name="bias", shape=(self.hidden_dim,), initializer="zeros")
 
-    def call(self, patches):
+    def call(self, patches, valid=None):
+        """`valid` `(batch, n)`: the image's patches (nonzero); the others are replaced by zeros
+        (selected, not multiplied: any value there, NaN too, changes nothing)."""
         kernel = ops.reshape(self.kernel, (-1, self.hidden_dim))
-        return ops.matmul(ops.cast(patches, kernel.dtype), kernel) + self.bias
+        patches = ops.cast(patches, kernel.dtype)
+        if valid is not None:
+            patches = ops.where(ops.expand_dims(ops.not_equal(valid, 0), -1), patches, ops.zeros_like(patches))
+        return ops.matmul(patches, kernel) + self.bias
 
-    def compute_output_shape(self, input_shape):
-        return (*input_shape[:-1], self.hidden_dim)
+    def compute_output_shape(self, patches_shape, valid_shape=None):
+        return (*patches_shape[:-1], self.hidden_dim)
 
     def get_config(self):
         return {**super().get_config(), "patch_size": self.patch_size, "hidden_dim": self.hidden_dim,
@@ -60,6 +65,25 @@ def per_image_weights(grid, sizes, index, interpolation=NAFLEX_INTERPOLATION):
     source = ops.arange(grid, dtype="float32") + 0.5
     weights = resize_kernel(ops.abs(source - centre) / ops.expand_dims(width, -1), spec)
     return weights / ops.sum(weights, axis=-1, keepdims=True)
+
+
+def finite_tokens(x):
+    """`(x, bad)`: `x` `(batch, n, ...)` with each token holding a NaN or infinity replaced by
+    zeros, and `bad` `(batch, n)` float32, 1.0 for those tokens. A sum over several images'
+    tokens (packed rows) then takes the others' values by selection (0 x NaN is NaN); `poisoned`
+    puts the NaN back where a token of one's own was bad."""
+    axes = tuple(range(2, len(x.shape)))
+    finite = ops.all(ops.isfinite(x), axis=axes) if axes else ops.isfinite(x)
+    keep = ops.reshape(finite, (*ops.shape(finite), *([1] * len(axes))))
+    return ops.where(keep, x, ops.zeros_like(x)), ops.cast(ops.logical_not(finite), "float32")
+
+
+def poisoned(outputs, member, bad):
+    """`outputs` `(batch, s, ...)` made NaN where the `(batch, s, n)` pairs `member` (bool or
+    0 / 1) reach a `bad` token (`finite_tokens`), as the sum over them would be."""
+    reach = ops.einsum("bsn,bn->bs", ops.cast(member, "float32"), bad) > 0
+    reach = ops.reshape(reach, (*ops.shape(reach), *([1] * (len(outputs.shape) - 2))))
+    return ops.where(reach, ops.cast(float("nan"), outputs.dtype), outputs)
 
 
 def segment_membership(segment_ids, num_segments):

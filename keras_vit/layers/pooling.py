@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.naflex import finite_tokens, poisoned
+
 POOLINGS = ("token", "avg")
 MODES = (*POOLINGS, "distillation")
 
@@ -28,9 +30,11 @@ class TokenPooling(keras.layers.Layer):
             return tokens[:, 0]
         if self.mode == "distillation":
             return tokens[:, 1]
-        if segments is not None:
+        if segments is not None:  # the other images' tokens taken by selection (`finite_tokens`)
+            tokens, bad = finite_tokens(tokens)
             weights = ops.cast(segments, tokens.dtype)
-            return ops.einsum("bsn,bnd->bsd", weights, tokens) / ops.maximum(ops.sum(weights, -1)[..., None], 1)
+            pooled = ops.einsum("bsn,bnd->bsd", weights, tokens) / ops.maximum(ops.sum(weights, -1)[..., None], 1)
+            return poisoned(pooled, segments, bad)
         if valid is not None:
             weights = ops.cast(valid, tokens.dtype)[:, :, None]
             return ops.sum(tokens * weights, axis=1) / ops.sum(weights, axis=1)

@@ -134,9 +134,10 @@ def save(model, path, layout="npz"):
     return write(path, *adapter(model), layout=layout)
 
 
-def write(path, arrays, settings, layout="npz"):
+def write(path, arrays, settings, layout="npz", source=None):
     """Writes an adapter's `(arrays, settings)` to `path` in `layout`: keras_vit's `.npz`, a
-    PEFT folder, a KerasHub `.lora.h5` (see `lora_layouts`; returns the calls that load it)."""
+    PEFT folder, a KerasHub `.lora.h5` (see `lora_layouts`; returns the calls that load it).
+    `source`: the adapter converted, named in errors (default `path`)."""
     from keras_vit.lora import layouts as lora_layouts
 
     if layout not in LAYOUTS:
@@ -147,7 +148,7 @@ def write(path, arrays, settings, layout="npz"):
     elif layout == "peft":
         lora_layouts.write_peft(os.fspath(path), arrays, settings)
     else:
-        return lora_layouts.write_kerashub(os.fspath(path), arrays, settings)
+        return lora_layouts.write_kerashub(os.fspath(path), arrays, settings, source)
 
 
 def read(path):
@@ -185,7 +186,7 @@ def convert(src, dst, layout, overwrite=False):
     check_target(dst, overwrite=overwrite, folder=layout == "peft", inputs=(os.fspath(src),))
     arrays, settings = read(src)
     with atomic_path(dst) as tmp:
-        loading = write(tmp if layout != "npz" else tmp + ".npz", arrays, settings, layout)
+        loading = write(tmp if layout != "npz" else tmp + ".npz", arrays, settings, layout, source=os.fspath(src))
         if layout == "npz":
             os.replace(tmp + ".npz", tmp)
     return loading

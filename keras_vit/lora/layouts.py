@@ -20,6 +20,8 @@ so the result is exact with one rank and `alpha = rank`.
 """
 
 import json
+import math
+import numbers
 import os
 import re
 
@@ -125,14 +127,78 @@ def _peft_module(name):
     return (int(match.group(1)), match.group(2)) if match else None
 
 
-def _peft_scale(config, module, rank, path):
+def _is_scale(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _is_count(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def _pattern(pattern, where):
+    """`pattern` compiled as PEFT matches a pattern key, or a one-line ValueError."""
+    try:
+        return re.compile(rf"(.*\.)?({pattern})$")
+    except (re.error, TypeError) as error:
+        raise ValueError(f"{where}: pattern {pattern!r} is not a regular expression ({error}).") from None
+
+
+def check_peft_config(config, path):
+    """Raises ValueError (one line naming `path`) unless the PEFT settings keras_vit reads are
+    what PEFT accepts: `r` a whole number >= 1, `lora_alpha` a finite number > 0,
+    `rank_pattern` / `alpha_pattern` objects of regular expressions to such values,
+    `target_modules` a regular expression or a list of module names, `use_rslora` a bool."""
+    where = f"{path}/{PEFT_CONFIG}"
+    problems = []
+    if not _is_count(config.get("r", 8)):
+        problems.append(f"r={config.get('r')!r} (expected a whole number >= 1; PEFT refuses rank 0)")
+    if not _is_scale(config.get("lora_alpha", 8)):
+        problems.append(f"lora_alpha={config.get('lora_alpha')!r} (expected a finite number > 0)")
+    for name, ok, expected in (("rank_pattern", _is_count, "whole numbers >= 1"),
+                               ("alpha_pattern", _is_scale, "finite numbers > 0")):
+        patterns = config.get(name) or {}
+        if not isinstance(patterns, dict):
+            problems.append(f"{name}={patterns!r} (expected an object of patterns to {expected})")
+            continue
+        bad = {key: value for key, value in patterns.items() if not ok(value)}
+        if bad:
+            problems.append(f"{name} values {bad!r} (expected {expected})")
+        for key in patterns:
+            _pattern(key, where)
+    targets = config.get("target_modules")
+    if not (targets is None or isinstance(targets, str) and _pattern(targets, where)
+            or isinstance(targets, list) and targets and all(isinstance(t, str) and t for t in targets)):
+        problems.append(f"target_modules={targets!r} (expected a regular expression or a list of module names)")
+    if not isinstance(config.get("use_rslora", False), bool):
+        problems.append(f"use_rslora={config.get('use_rslora')!r} (expected true or false)")
+    if problems:
+        raise ValueError(f"{where} records {'; '.join(problems)}.")
+
+
+def _targeted(config, module):
+    """Whether PEFT adapts `module` under `target_modules` (a string: a full match; a list: the
+    name or a suffix after a dot; absent: PEFT's default for the model type, not checked)."""
+    targets = config.get("target_modules")
+    if targets is None:
+        return True
+    if isinstance(targets, str):
+        return re.fullmatch(targets, module) is not None
+    return any(module == t or module.endswith("." + t) for t in targets)
+
+
+def _pattern_value(config, name, module, default):
+    """The value of the first `name` (`rank_pattern` / `alpha_pattern`) pattern matching
+    `module` as PEFT matches it, else `default`."""
+    for pattern, value in (config.get(name) or {}).items():
+        if _pattern(pattern, "").match(module):
+            return value
+    return default
+
+
+def _peft_scale(config, module, rank):
     """PEFT's scale of one module: its alpha (`alpha_pattern` as PEFT matches it) over its rank
     (or the rank's square root with `use_rslora`)."""
-    alpha = config.get("lora_alpha", 8)
-    for pattern, value in (config.get("alpha_pattern") or {}).items():
-        if re.match(rf"(.*\.)?({pattern})$", module):
-            alpha = value
-            break
+    alpha = _pattern_value(config, "alpha_pattern", module, config.get("lora_alpha", 8))
     return alpha / (rank**0.5 if config.get("use_rslora") else rank)
 
 
@@ -162,12 +228,22 @@ def from_peft(tensors, config, path):
     if unknown or not parts:
         raise ValueError(f"{path}: no LoRA of transformers' ViT projections (q/k/v/o_proj, fc1, fc2) in "
                          f"{PEFT_WEIGHTS}" + (f"; unexpected keys {unknown[:3]}" if unknown else "") + ".")
+    check_peft_config(config, path)
+    untargeted = sorted(name for _, _, name in parts if not _targeted(config, name))
+    if untargeted:
+        raise ValueError(f"{path}: target_modules={config.get('target_modules')!r} does not match {untargeted[0]}"
+                         f"{f' (and {len(untargeted) - 1} more)' if len(untargeted) > 1 else ''}, whose LoRA "
+                         f"{PEFT_WEIGHTS} holds; PEFT would not adapt it.")
     updates = {}
     for (block, module, name), ab in sorted(parts.items()):
         if set(ab) != {"A", "B"}:
             raise ValueError(f"{path}: {name} has lora_{''.join(ab)} without lora_{({'A', 'B'} - set(ab)).pop()}.")
+        rank = _pattern_value(config, "rank_pattern", name, config.get("r", 8))
+        if ab["A"].ndim != 2 or ab["B"].ndim != 2 or ab["A"].shape[0] != rank or ab["B"].shape[1] != rank:
+            raise ValueError(f"{path}: {name} has lora_A {ab['A'].shape} and lora_B {ab['B'].shape}; its rank "
+                             f"{rank} ({PEFT_CONFIG}'s r or rank_pattern) needs ({rank}, in) and (out, {rank}).")
         layer, j = layer_of[module]
-        _add(updates, block, layer, j, ab["A"].T, ab["B"].T * _peft_scale(config, name, ab["A"].shape[0], path), path)
+        _add(updates, block, layer, j, ab["A"].T, ab["B"].T * _peft_scale(config, name, rank), path)
     return _from_layers(updates, head)
 
 
@@ -217,11 +293,12 @@ def _hub_index(block, depth, name):
 
 
 def to_kerashub(arrays, settings, path):
-    """`({index: (A, B)}, rank)` of KerasHub's ViTBackbone LoRA (alpha = rank)."""
+    """`({index: (A, B)}, rank)` of KerasHub's ViTBackbone LoRA (alpha = rank); `path` names the
+    adapter in errors."""
     heads = settings.get("num_heads")
     if not heads:
-        raise ValueError(f"{path}: the adapter records no head count (a lora.npz of an earlier keras_vit); load it "
-                         "onto its base model (lora.load) and save it again.")
+        raise ValueError(f"{path}: the adapter records no head count (a PEFT folder, or a lora.npz of an earlier "
+                         "keras_vit); load it onto its base model (lora.load) and save it with layout='kerashub'.")
     depth, scale = _depth(arrays, settings), settings["alpha"] / settings["rank"]
     layers = {}
     for (block, layer), (a, b) in _layers(arrays).items():
@@ -280,12 +357,13 @@ def kerashub_loading(rank, layer_names):
     return f"backbone.enable_lora({rank}, {sorted(layer_names)}); backbone.load_lora_weights(path)"
 
 
-def write_kerashub(path, arrays, settings):
+def write_kerashub(path, arrays, settings, source=None):
     """Writes the `.lora.h5` file as KerasHub's `save_lora_weights` (Keras' H5 store: `vars`
-    groups); returns how KerasHub loads it (`kerashub_loading`)."""
+    groups); returns how KerasHub loads it (`kerashub_loading`). `source`: the adapter converted
+    (named in errors; default `path`)."""
     import h5py
 
-    layers, rank = to_kerashub(arrays, settings, path)
+    layers, rank = to_kerashub(arrays, settings, source or path)
     names = {name for name, offset in HUB_OFFSETS.items() for i in layers if (i - HUB_FIRST_BLOCK) % HUB_BLOCK_LAYERS == offset}
     with h5py.File(path, "w") as f:
         f.create_group("lora/vars").create_dataset("rank", data=rank)

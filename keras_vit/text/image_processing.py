@@ -9,6 +9,7 @@ import os
 import numpy as np
 
 from keras_vit import images as image_ops
+from keras_vit.naflex import check_count
 from keras_vit.preprocessing import preprocessing as preprocessing_of
 
 # PIL's resampling codes in preprocessor_config.json -> keras_vit.images' interpolations
@@ -57,7 +58,7 @@ def from_preprocessor_config(config, path="preprocessor_config.json"):
     rescale = float(config.get("rescale_factor", 1 / 255)) if config.get("do_rescale", True) else 1.0
     if "max_num_patches" in config:
         return ImageProcessing(None, None, None, RESAMPLE[resample], rescale, tuple(mean), tuple(std),
-                               int(config["max_num_patches"]))
+                               check_count(f"{path}: max_num_patches", config["max_num_patches"]))
     size, shortest = _size(config, path) if config.get("do_resize", True) else (None, None)
     crop = config.get("crop_size") if config.get("do_center_crop", False) else None
     if isinstance(crop, dict):

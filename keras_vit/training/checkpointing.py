@@ -12,7 +12,10 @@ replaced by an atomic rename to point at it, the previous file deleted) only onc
 loss was computed from its weights: the validation loss of the epoch end it was saved at, or
 the next training batch's loss. A crash at any moment leaves a consistent, finite state; a
 NaN never makes a diverged state the one to resume from. Leftovers of a killed save are
-removed when the next run starts (`RunState.tidy`).
+removed when the next run starts (`RunState.tidy`), and only once the state to keep is proven
+whole (`proven_state`: its weights file present and a complete HDF5 file). A write that does not
+fit on the disk is refused before it starts, or fails as one `OSError` line (errno ENOSPC: the
+command line's exit 75), the state to resume from intact.
 "Step" counts `model.fit` steps (micro-batches when accumulating gradients); the epoch and the
 position in the input stream follow from it.
 """
@@ -27,7 +30,8 @@ import keras
 import numpy as np
 
 from keras_vit import run_folder
-from keras_vit.files import atomic_path, parse_json, regular_file, remove_stale, write_json
+from keras_vit.files import (atomic_path, check_space, one_line_errors, parse_json, regular_file, remove_stale,
+                             write_json)
 from keras_vit.training import ema
 
 STATE = run_folder.STATE
@@ -74,16 +78,71 @@ def read_state(directory):
         if not os.path.isfile(path):
             raise BadRunState(f"{error} Move it away to start the run anew.") from None
         raise BadRunState(f"{path} is not valid JSON ({error}); move it away to start the run anew.") from None
-    weights = state.get("weights") if isinstance(state, dict) else None
-    step = state.get("step") if isinstance(state, dict) else None
+    if not isinstance(state, dict):
+        raise BadRunState(f"{path} holds {type(state).__name__}, not the run state's object; move it away to start "
+                          "the run anew.")
+    weights = state.get("weights")
     if not (isinstance(weights, str) and WEIGHTS_NAME.fullmatch(weights)):
         raise BadRunState(
             f"{path} names weights {weights!r}; only a plain 'step-N.weights.h5' file in that folder is accepted "
             "(it was not loaded and nothing was deleted)."
         )
-    if not (isinstance(step, int) and step >= 0):
-        raise BadRunState(f"{path} has step {step!r}; expected a whole number >= 0.")
+    for field, (ok, expected) in STATE_FIELDS.items():
+        value = state.get(field, None if field in OPTIONAL else MISSING)
+        if not ok(value):
+            shown = "no value" if value is MISSING else repr(value)[:80]
+            raise BadRunState(f"{path} has {field} {shown}; expected {expected} (nothing was loaded or deleted: "
+                              "start over with --fresh, or another --output-dir).")
     return state
+
+
+MISSING = object()
+OPTIONAL = ("best", "best_epoch")  # none yet
+
+
+def _count(low):
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+# The fields of `state.json` besides `weights`: (check, what is expected).
+STATE_FIELDS = {
+    "step": (_count(0), "a whole number >= 0"),
+    "best": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)),
+             "a finite number or null"),
+    "best_epoch": (lambda v: v is None or _count(1)(v), "a whole number >= 1 or null"),
+    "fingerprint": (lambda v: isinstance(v, dict), "an object of the run's settings"),
+}
+
+
+def proven_state(directory):
+    """`read_state(directory)`, its weights file checked to be there and a complete HDF5 file
+    (h5py opens it and finds variables), else `BadRunState` naming what is wrong and what else
+    the folder holds; nothing is deleted."""
+    state = read_state(directory)
+    if state is None:
+        return None
+    weights = os.path.join(directory, state["weights"])
+    try:
+        import h5py
+
+        with h5py.File(regular_file(weights, "as the run's saved weights"), "r") as handle:
+            if not len(handle.keys()):
+                raise OSError("no variables in it")
+    except (OSError, ValueError) as error:
+        others = sorted(n for n in os.listdir(directory) if WEIGHTS_NAME.fullmatch(n) and n != state["weights"])
+        what = "missing" if not os.path.lexists(weights) else f"not a complete weights file ({str(error).splitlines()[0][:120]})"
+        held = f"; the folder also holds {', '.join(others)}" if others else ""
+        raise BadRunState(
+            f"{os.path.join(directory, STATE)} names {state['weights']}, which is {what}{held}. Nothing was deleted: "
+            "point state.json at a complete weights file, or start over (--fresh, or another --output-dir)."
+        ) from None
+    return state
+
+
+def check_room(model, path):
+    """Refuses (one OSError line, ENOSPC) a save of `model`'s variables at `path` that cannot fit."""
+    variables = [*model.weights, *(model.optimizer.variables if getattr(model, "optimizer", None) else [])]
+    check_space(path, sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables))
 
 
 class StopOnNaN(keras.callbacks.Callback):
@@ -181,24 +240,39 @@ class RunState(keras.callbacks.Callback):
             return
         remove_stale(self.run_dir)
         remove_stale(self.directory)
-        state = read_state(self.directory) or {}
-        if os.path.isdir(self.directory):
+        try:
+            state = proven_state(self.directory)
+        except BadRunState:  # `restore` says why; nothing is deleted before the state to keep is whole
+            return
+        if state is not None and os.path.isdir(self.directory):
             for name in os.listdir(self.directory):
                 if WEIGHTS_NAME.fullmatch(name) and name != state.get("weights"):
                     os.remove(os.path.join(self.directory, name))
 
-    def restore(self, model):
-        """Loads the saved state into `model` (compiled); returns the step it continues from."""
-        state = read_state(self.directory)
+    def restore(self, model, total=None):
+        """Loads the saved state into `model` (compiled); returns the step it continues from.
+        Refused in one line: other settings (`SettingsChanged`; a setting its fingerprint does
+        not hold, from an older version, is not compared), a step past `total`, weights that do
+        not fit `model` (`BadRunState`)."""
+        state = proven_state(self.directory)
         if state is None:
             return 0
-        saved = state.get("fingerprint", {})
+        saved = state["fingerprint"]
         changed = {k: (saved[k], v) for k, v in self.fingerprint.items() if k in saved and saved[k] != v}
         if changed:
             raise SettingsChanged(self.run_dir, changed)
+        path = os.path.join(self.directory, STATE)
+        if total is not None and state["step"] > total:
+            raise BadRunState(f"{path} is at step {state['step']}, past the end of this run ({total} steps): give more "
+                              "steps or epochs to continue it, or start over (--fresh, or another --output-dir).")
         if not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
-        model.load_weights(os.path.join(self.directory, state["weights"]))
+        try:
+            model.load_weights(os.path.join(self.directory, state["weights"]))
+        except (ValueError, KeyError, TypeError) as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            raise BadRunState(f"{path}: its weights do not fit this run's model ({reason}); resume with the run's "
+                              "settings (its config.json), or start over (--fresh, or another --output-dir).") from None
         self.step = int(state["step"])
         self.good = (state["weights"], self.step)
         self.best, self.best_epoch = state.get("best"), state.get("best_epoch")
@@ -220,7 +294,9 @@ class RunState(keras.callbacks.Callback):
         path = os.path.join(self.directory, name)
         with self.saving(self.model), save_target(path, self.write, self.collective_save) as tmp:
             if tmp:
-                self.model.save_weights(tmp)
+                check_room(self.model, tmp)
+                with one_line_errors(path):
+                    self.model.save_weights(tmp)
         self.pending = (name, self.step)
 
     def save_now(self):
@@ -241,7 +317,8 @@ class RunState(keras.callbacks.Callback):
             previous = read_state(self.directory)
             state = {"step": step, "weights": name, "best": self.best, "best_epoch": self.best_epoch,
                      "fingerprint": self.fingerprint}
-            write_json(os.path.join(self.directory, STATE), state)
+            with one_line_errors(os.path.join(self.directory, STATE)):
+                write_json(os.path.join(self.directory, STATE), state)
             if previous is not None and previous["weights"] != name:
                 old = os.path.join(self.directory, previous["weights"])
                 if os.path.exists(old):
@@ -271,7 +348,9 @@ class RunState(keras.callbacks.Callback):
             with self.saving(self.model), ema.averaged(self.model), \
                     save_target(self.best_path, self.write, self.collective_save) as tmp:
                 if tmp:
-                    self.inference_model.save(tmp)
+                    check_room(self.inference_model, tmp)
+                    with one_line_errors(self.best_path):
+                        self.inference_model.save(tmp)
         self._save()
         if val_loss is not None and math.isfinite(val_loss):  # computed from the weights just saved
             self._confirm()

@@ -7,6 +7,10 @@ from keras_vit import fields, run_folder
 from keras_vit.training.recipes import RECIPES, TrainConfig, check_recipe_command, recipe
 
 
+# How a run with other settings starts anew, in command-line terms (`SettingsChanged`).
+RESTART = "start a new run with another --output-dir (or --fresh to start this one over)"
+
+
 def config_from_args(args, command="train"):
     """The `TrainConfig` of parsed `train` / `pretrain` arguments: the recipe with the flags
     given (already parsed) and `--set` applied; raises ValueError for a bad combination (or a
@@ -27,8 +31,7 @@ def _train(args):
         print(f"keras-vit train: {error}", file=sys.stderr)
         return 3
     except SettingsChanged as error:  # say it in command-line terms
-        restart = "start a new run with another --output-dir (or --fresh to start this one over)"
-        raise SettingsChanged(error.run_dir, error.changes, restart) from None
+        raise SettingsChanged(error.run_dir, error.changes, RESTART) from None
     if not result.is_chief:  # only the process that wrote the files reports them
         return 0
     epoch = f" (epoch {result.best_epoch})" if result.best_epoch else ""
@@ -56,11 +59,15 @@ def _pretrain(args):
     from keras_vit.training import TrainingDiverged
     from keras_vit.training.pretrain import pretrain
 
+    from keras_vit.training.checkpointing import SettingsChanged
+
     try:
         result = pretrain(config, resume=not args.fresh, overwrite_output_dir=args.overwrite_output_dir)
     except TrainingDiverged as error:
         print(f"keras-vit pretrain: {error}", file=sys.stderr)
         return 3
+    except SettingsChanged as error:  # say it in command-line terms
+        raise SettingsChanged(error.run_dir, error.changes, RESTART) from None
     if not result.is_chief:  # only the process that wrote the files reports them
         return 0
     print(

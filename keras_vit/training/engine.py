@@ -26,20 +26,22 @@ import keras
 from keras_vit import run_folder
 from keras_vit import applications
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.files import regular_file, write_json, write_text
+from keras_vit.files import one_line_errors, regular_file, write_json, write_text
 from keras_vit.data import naflex as naflex_pipeline, pipeline
 from keras_vit.data.sources import load_source
 from keras_vit.lora import adapter as lora
 from keras_vit.training import checkpointing, ema, fewshot_callback, layer_decay, optim, precision
 from keras_vit.training.parallel import distribution, hosts, run_agreement
+from keras_vit.training.config import MODEL as MODEL_GROUP
 from keras_vit.training.recipes import TrainConfig, check_recipe_command, recipe
-from keras_vit.variants import ARCHITECTURE_KEYS
 
-# Settings a resumed run must share with the run that wrote the checkpoint (and a task's own). Not its
-# length: a finished run given more steps or epochs continues to them (on the longer schedule).
-FINGERPRINT = (
-    "data", *ARCHITECTURE_KEYS, "image_size", "batch_size", "accumulation_steps", "seed", "optimizer", "ema_decay",
-)
+# Settings a resumed run must share with the run that wrote the checkpoint: these, every field of the
+# model group (`fingerprint_fields`) and a task's own. Not its length: a finished run given more steps or
+# epochs continues to them (on the longer schedule).
+FINGERPRINT = ("data", "image_size", "batch_size", "accumulation_steps", "seed", "optimizer", "ema_decay")
+# The model group's fields a resumed run may change: the weights it started from (the checkpoint's are
+# loaded over them) and the regularisation, like the learning rate.
+RESUMABLE = ("weights", "dropout", "attention_dropout", "drop_path", "patch_drop_rate", "remat")
 
 
 @dataclasses.dataclass
@@ -106,7 +108,9 @@ class Run:
         plan = self.plan
         with plan.saving(self.setup.train_model), checkpointing.save_target(path, plan.is_chief, plan.collective_save) as tmp:
             if tmp:
-                model.save(tmp)
+                checkpointing.check_room(model, tmp)
+                with one_line_errors(path):
+                    model.save(tmp)
         plan.gather([0])  # a barrier: every process sees the chief's file complete
         return path
 
@@ -222,16 +226,12 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
         **setup.compile,
     )
     train_model.optimizer.build(train_model.trainable_variables)
-    fingerprint = {key: getattr(config, key) for key in (*FINGERPRINT, *task.resume_fields)}
-    fingerprint["data"] = source.name
-    if augmentation.mixes_labels:  # each process draws the MixUp / CutMix of its part of a batch
-        fingerprint["mixup_cutmix_processes"] = plan.part[0]
     state = checkpointing.RunState(
         config.run_dir,
         setup.model,
         every_steps=config.checkpoint_every,
         monitor=config.monitor,
-        fingerprint=json.loads(json.dumps(fingerprint)),  # as it reads back from state.json
+        fingerprint=fingerprint(task, config, source.name, plan.part[0] if augmentation.mixes_labels else None),
         write=plan.is_chief,
         saving=plan.saving,
         collective_save=plan.collective_save,
@@ -239,7 +239,7 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     state.tidy()  # what a run killed while saving left behind
     if resume:
         run_agreement.check_same_state(plan, config.run_dir)
-    start = state.restore(train_model) if resume else 0
+    start = state.restore(train_model, total) if resume else 0
     if plan.is_chief:
         _write_run_folder(task, config, source, data, fresh=start == 0)
     plan.prepare(train_model)
@@ -276,6 +276,25 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     if config.lora_rank and plan.is_chief:
         lora.save(setup.model, run_folder.path(config.run_dir, run_folder.LORA))
     return task.finish(Run(config, plan, policy, setup, state, val_ds, history, start, started))
+
+
+def fingerprint_fields(task):
+    """The `TrainConfig` fields a resumed run of `task` must share: `FINGERPRINT`, every field
+    of the model group but `RESUMABLE` (the architecture, each builder option, the NaFlex
+    budgets, LoRA: a new one is in by construction), and the task's `resume_fields`."""
+    model = [f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("group") == MODEL_GROUP]
+    return (*FINGERPRINT, *(name for name in model if name not in RESUMABLE), *task.resume_fields)
+
+
+def fingerprint(task, config, data, mix_processes=None):
+    """What a resumed run of `task` with `config` on the data named `data` must share
+    (`fingerprint_fields`), as it reads back from `state.json`; with MixUp / CutMix the number
+    of processes `mix_processes` (each draws the mix of its own part of a batch)."""
+    found = {key: getattr(config, key) for key in fingerprint_fields(task)}
+    found["data"] = data
+    if mix_processes is not None:
+        found["mixup_cutmix_processes"] = mix_processes
+    return json.loads(json.dumps(found))
 
 
 def naflex_streams(config, plan, source, augmentation, batch, setup):

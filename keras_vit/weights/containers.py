@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 from keras_vit.files import atomic_path, parse_json, regular_file
-from keras_vit.limits import check_keras_config, check_shape
+from keras_vit.limits import check_keras_config, check_shape, check_tensor_count
 from keras_vit.weights.lazy import CRCCheck, FileArray, LazyArray, bfloat16_to_float32
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -208,7 +208,9 @@ def read_npz(path):
     ones decompressed on demand, each checked against its CRC-32 as it is read in full;
     bfloat16 (`|V2`) arrays load as float32."""
     with zipfile.ZipFile(path) as zf:
-        return dict(_npz_member(zf, path, info) for info in zf.infolist())
+        members = zf.infolist()
+        check_tensor_count(len(members), path)
+        return dict(_npz_member(zf, path, info) for info in members)
 
 
 def write_npz(path, tensors):
@@ -269,7 +271,9 @@ def read_safetensors(path):
     with _safe_open(path, path) as f:
         metadata = f.metadata() or {}
         tensors = {}
-        for name in f.keys():
+        names = f.keys()
+        check_tensor_count(len(names), path)
+        for name in names:
             part = f.get_slice(name)
             dtype = SAFETENSORS_DTYPES.get(part.get_dtype())
             if dtype is None:
@@ -324,6 +328,7 @@ def read_torch(path):
             obj = obj[key]
     if not isinstance(obj, dict):
         raise ValueError(f"{path}: expected a state dict (name -> tensor), found {type(obj).__name__}.")
+    check_tensor_count(len(obj), path)
     tensors = {}
     for name, tensor in obj.items():
         if not isinstance(tensor, torch.Tensor):
@@ -366,6 +371,7 @@ def _h5_variables(group, chain, out, where, prefix):
             key = prefix + "/".join(chain + ["vars", str(j)])
             dataset = variables[str(j)]
             _check_stored(dataset, f"{key!r} in {where}")
+            check_tensor_count(len(out) + 1, where)
             out[key] = LazyArray(dataset.shape, dataset.dtype, lambda d=dataset: d[()], f"{key!r} in {where}")
     for name, child in group.items():
         # The root's "optimizer" group holds a compiled model's optimizer state, not weights.
@@ -426,8 +432,25 @@ def read_keras(path):
 # ------------------------------------------------------------------ folders
 
 
+class JsonConfig(dict):
+    """A JSON object read from `path` (its objects inside too): `get(key, default)` of a key
+    recorded as null where the reader has a default (a value it needs) is a one-line ValueError,
+    never read as the key's absence (e.g. DINOv3's `rope_theta: null` built as another model)."""
+
+    def __init__(self, data, path):
+        super().__init__({k: JsonConfig(v, path) if isinstance(v, dict) else v for k, v in data.items()})
+        self.path = path
+
+    def get(self, key, default=None):
+        value = super().get(key, default)
+        if value is None and default is not None and key in self:
+            raise ValueError(f"{self.path}: {key} is null; expected a value like {default!r} (leave the key out for "
+                             "its default).")
+        return value
+
+
 def read_json(path):
-    """The JSON object (a dict) in the regular file at `path`, or a one-line ValueError."""
+    """The JSON object in the regular file at `path` (a `JsonConfig`), or a one-line ValueError."""
     try:
         with open(regular_file(path, "as part of a checkpoint"), encoding="utf-8") as f:
             data = parse_json(f.read())
@@ -435,7 +458,7 @@ def read_json(path):
         raise ValueError(f"{path}: not a valid JSON file ({error}).") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object ({{...}}), found a {type(data).__name__}.")
-    return data
+    return JsonConfig(data, path)
 
 
 def _sibling_config(path):
@@ -470,10 +493,7 @@ def _shard_path(folder, index, shard):
     if not isinstance(shard, str) or shard in ("", ".", "..") or "/" in shard or "\\" in shard:
         raise ValueError(f"{index}: shard {shard!r} is not a plain file name in {folder}; refusing to read it "
                          "(each weight_map value must name a file in the index's folder).")
-    path = os.path.join(folder, shard)
-    if not os.path.isfile(path):  # also False for devices, FIFOs and folders
-        raise ValueError(f"{index}: shard {shard!r} is missing or not a regular file in {folder}.")
-    return path
+    return regular_file(os.path.join(folder, shard), f"as a shard named by {index}")
 
 
 def _read_hf_weights(folder, name):
@@ -484,6 +504,7 @@ def _read_hf_weights(folder, name):
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise ValueError(f"{path}: a shard index without a weight_map (tensor name -> shard file).")
+    check_tensor_count(len(weight_map), path)
     tensors = {}
     for shard in sorted({_shard_path(folder, path, shard) for shard in weight_map.values()}):
         tensors.update(_read_weights_file(shard))

@@ -20,7 +20,7 @@ import hashlib
 import logging
 import os
 
-from keras_vit.files import remove, remove_stale, temporary_name, write_json
+from keras_vit.files import regular_file, remove, remove_stale, temporary_name, write_json
 from keras_vit.weights import containers
 from keras_vit.weights.registry import HUB_URL, cache_path
 
@@ -35,7 +35,7 @@ class DownloadError(OSError):
 
 def sha256_of(path, chunk=2**22):
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(regular_file(path, "to check its content"), "rb") as f:
         while block := f.read(chunk):
             digest.update(block)
     return digest.hexdigest()
@@ -137,9 +137,9 @@ def fetch(entry, force=False):
     downloaded before), else the Hugging Face cache's (hub files), else downloaded into the
     cache. `force`: download it again (replacing the cached copy), and check it anew."""
     target = cache_path(entry)
-    if os.path.exists(target) and not force:
+    if os.path.lexists(target) and not force:
         try:
-            check_once(target, entry)
+            check_once(regular_file(target, "as a cached checkpoint"), entry)
         except ValueError as error:
             raise ValueError(f"{error} Delete {target} to download it again.") from None
         return target

@@ -5,15 +5,18 @@ Keras; writing a Keras file, or exporting a model, does."""
 
 import math
 import os
+import re
 
 import numpy as np
 
-from keras_vit.files import check_space, check_target, one_line_errors
+from keras_vit.files import atomic_path, check_space, check_target, one_line_errors
 from keras_vit.weights import containers, formats, variables
-from keras_vit.weights.canonical import EOMT_MASK_PROBS, EOMT_QUERIES, Checkpoint
+from keras_vit.weights.canonical import BLOCK, EOMT_MASK_PROBS, EOMT_QUERIES, Checkpoint
 from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, HEAD_OPTIONS
 from keras_vit.weights.lazy import LazyArray
-from keras_vit.weights.reading import weights_checkpoint
+from keras_vit.weights.reading import read_checkpoint, weights_checkpoint
+
+BLOCK_KEY = re.compile(re.escape(BLOCK).replace(r"\{i\}", r"(\d+)") + "(.+)")
 
 FORMATS = formats.export_names()
 
@@ -86,7 +89,36 @@ def convert_checkpoint(src, dst, format=None, num_heads=None, overwrite=False, f
     source = (os.fspath(src),) if isinstance(src, (str, os.PathLike)) and os.path.exists(src) else ()
     check_output(dst, fmt, overwrite, inputs=source)
     ckpt = weights_checkpoint(src, num_heads=num_heads, force_download=force_download)
-    _write(fmt, dst, ckpt if include_top else ckpt.without_head())
+    ckpt = ckpt if include_top else ckpt.without_head()
+    check_whole(ckpt, ckpt.path)
+    with atomic_path(dst) as tmp:  # in place only once it reads back whole
+        _write(fmt, tmp, ckpt)
+        try:
+            check_whole(read_checkpoint(tmp, num_heads=ckpt.num_heads), tmp)
+        except ValueError as error:
+            raise ValueError(f"{dst}: the file written does not read back as a whole checkpoint "
+                             f"({str(error).replace(tmp, dst)}); nothing was written.") from None
+
+
+def check_whole(ckpt, where):
+    """Raises ValueError (one line naming `where`) unless `ckpt` is whole as `from_checkpoint`
+    builds it: blocks 0 .. depth - 1, each holding the tensors block 0 holds (its optional
+    ones included: biases, LayerScale, norms, rotary frequencies), and a position table that
+    fits a grid."""
+    blocks = {}
+    for key in ckpt.tensors:
+        match = BLOCK_KEY.fullmatch(key)
+        if match:
+            blocks.setdefault(int(match.group(1)), set()).add(match.group(2))
+    if sorted(blocks) != list(range(len(blocks))):
+        raise ValueError(f"{where}: encoder blocks {sorted(blocks)[:8]} are not numbered 0 to {len(blocks) - 1}.")
+    for i, names in sorted(blocks.items()):
+        differ = sorted(names ^ blocks[0])
+        if differ:
+            which = "lacks" if differ[0] in blocks[0] else "holds another tensor,"
+            raise ValueError(f"{where}: block {i} {which} {BLOCK.format(i=i)}{differ[0]}, unlike block 0; every "
+                             "block must hold the same tensors.")
+    ckpt.patch_grid  # noqa: B018 (a position table of no grid raises, one line)
 
 
 def check_output(path, fmt, overwrite=False, inputs=()):

@@ -336,7 +336,7 @@ def run_folder(tmp_path_factory):
     ("classes.json", {"class_names": ["a", "b"]}, "classes.json names 2 classes; the model"),
     ("classes.json", {"image_size": 0}, "classes.json: image_size=0; expected a whole number >= 1"),
     ("classes.json", {"eval_crop": "x"}, "classes.json: eval_crop='x' must be a number in (0, 1]"),
-    ("classes.json", {"eval_crop": None}, "classes.json: eval_crop=None must be a number in (0, 1]"),
+    ("classes.json", {"eval_crop": None}, "classes.json: eval_crop is null"),
     ("config.json", {"seed": "x"}, "seed='x' must be a whole number >= 0 (as recorded in"),
     ("config.json", {"train_split": 3}, "train_split=3 must be a path or split name"),
 ])

@@ -65,8 +65,7 @@ def test_run_state_naming_a_file_out_of_its_folder_is_refused(tmp_path):
     for name in ("../../other_run/x.weights.h5", "/etc/passwd", "step-1.weights.h5/../x", 3):
         (folder / "state.json").write_text(json.dumps({"step": 1, "weights": name}))
         state = checkpointing.RunState(str(tmp_path / "run"), None)
-        with pytest.raises(ValueError, match="only a plain 'step-N.weights.h5'"):
-            state.tidy()
+        state.tidy()  # deletes nothing: the state to keep is not proven
         with pytest.raises(ValueError, match="only a plain 'step-N.weights.h5'"):
             state.restore(None)
     assert (other / "x.weights.h5").read_bytes() == b"precious"
@@ -118,7 +117,7 @@ def test_separate_run_folders_are_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="is not shared: host 1 does not see what host 0 wrote"):
         host1._check_shared()
     (chief / "checkpoint").mkdir()
-    (chief / "checkpoint" / "state.json").write_text(json.dumps({"step": 6, "weights": "step-6.weights.h5"}))
+    (chief / "checkpoint" / "state.json").write_text(json.dumps({"step": 6, "weights": "step-6.weights.h5", "fingerprint": {}}))
     plan = SimpleNamespace(gather=lambda row: [row, [0, 0]])  # host 1 sees no saved state
     with pytest.raises(ValueError, match=r"different saved states .*process 0: step 6 \(state [0-9a-f]{8}\), process 1: no saved state"):
         run_agreement.check_same_state(plan, str(chief))

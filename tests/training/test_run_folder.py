@@ -114,7 +114,7 @@ def test_a_second_run_is_refused_while_one_holds_the_folder(tmp_path, command, c
     # a run of another live process holds it: refused; once that process is gone, its lock is stale
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        (run_dir / run_folder.LOCK).write_text(json.dumps({"pid": other.pid, "host": socket.gethostname()}))
+        (run_dir / run_folder.LOCK).write_text(json.dumps(run_folder.signed({"pid": other.pid, "host": socket.gethostname()})))
         fails([command, "--output-dir", run_dir, *TINY_FLAGS], capsys, f"in use by a run of process {other.pid}")
     finally:
         other.kill()

@@ -136,7 +136,7 @@ def test_shard_names_must_be_plain_file_names(sharded, tmp_path, capsys, shard):
     fails(["convert", folder, tmp_path / "out.npz"], capsys, expected, "must name a file in the index's folder")
 
 
-@pytest.mark.parametrize("kind", ["dev_zero", "fifo", "folder"])
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo", "folder", "link_loop"])
 def test_shard_that_is_not_a_regular_file_is_refused_at_once(sharded, tmp_path, kind):
     folder = with_shard(sharded, tmp_path, "model-00002.safetensors")
     target = folder / "model-00002.safetensors"
@@ -144,9 +144,12 @@ def test_shard_that_is_not_a_regular_file_is_refused_at_once(sharded, tmp_path, 
         os.symlink("/dev/zero", target)
     elif kind == "fifo":
         os.mkfifo(target)  # opening it would block until a writer comes
+    elif kind == "link_loop":
+        os.symlink(target.name, target)
     else:
         os.mkdir(target)
-    with pytest.raises(ValueError, match=r"shard 'model-00002.safetensors' is missing or not a regular file"):
+    with pytest.raises(ValueError, match=r"model-00002.safetensors is (not a regular file but|a symbolic link loop).*"
+                                         r"refusing to read it as a shard named by"):
         convert_checkpoint(str(folder), tmp_path / "out.npz")
     assert not os.path.exists(tmp_path / "out.npz")
 

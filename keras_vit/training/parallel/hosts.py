@@ -104,8 +104,9 @@ class Watch(keras.callbacks.Callback):
 
     def _beat(self, status="running", why=""):
         self.beats += 1
-        _write(self._path(self.index), {"index": self.index, "host": socket.gethostname(), "pid": os.getpid(),
-                                        "beat": self.beats, "status": status, "why": why})
+        _write(self._path(self.index), run_folder.signed({"index": self.index, "host": socket.gethostname(),
+                                                          "pid": os.getpid(), "beat": self.beats, "status": status,
+                                                          "why": why}))
 
     def _resume_hint(self):
         good = None if self.state is None else self.state.good_path
@@ -193,7 +194,7 @@ class Watch(keras.callbacks.Callback):
         path = os.path.join(self.folder, "run.json")
         token = uuid.uuid4().int % 2**31
         if self.index == 0:
-            _write(path, {"token": token})
+            _write(path, run_folder.signed({"token": token}))
         token = self.allgather(token)[0]
         deadline = time.monotonic() + min(10.0, self.timeout)
         while (_read(path) or {}).get("token") != token:
