@@ -69,6 +69,36 @@ def shard_size(size, num_shards, index):
     return max(0, -(-(size - index) // num_shards))
 
 
+def positioned_stream(name, data, data_size, batch_size, *, seed=0, start=0, shuffle_buffer=10_000, shard=(1, 0),
+                      part=(1, 0)):
+    """The endless training stream of `(position, element)` of the `data_size` examples `data`:
+    shuffled anew each pass (an order that depends on `seed` and the pass only), each example
+    numbered by its position in the stream, starting at example `start`; `shard` and `part` as
+    in `train_dataset`."""
+    num_shards, index = shard
+    data = data if num_shards == 1 else data.shard(num_shards, index)
+    size = shard_size(data_size, num_shards, index)
+    if size == 0:
+        raise ValueError(f"The training split of {name!r} is empty (for shard {index}/{num_shards}).")
+    buffer = max(1, min(shuffle_buffer, size))
+
+    def one_pass(epoch):
+        # The order of each pass depends on (seed, epoch) only: the traced function's graph
+        # must not mix in TensorFlow's global seed (with a global seed of 0, TF cannot even
+        # take a tensor seed here).
+        tf.compat.v1.get_default_graph().seed = None
+        return data.shuffle(buffer, seed=epoch * 1_000_003 + seed, reshuffle_each_iteration=False)
+
+    parts, part_index = part
+    start *= parts  # examples of the global stream
+    first_epoch, offset = divmod(start, size)
+    stream = tf.data.Dataset.range(first_epoch, 2**62).flat_map(one_pass).skip(offset)
+    stream = stream.enumerate(start=start)
+    if parts > 1:
+        stream = stream.filter(lambda position, _: (position // batch_size) % parts == part_index)
+    return stream
+
+
 def train_dataset(
     source,
     augmentation,
@@ -101,27 +131,8 @@ def train_dataset(
     if augmentation.mixes_labels and not on_step:
         raise ValueError("MixUp / CutMix run in the training step of the classification task; "
                          "this task's stream cannot mix (set mixup=0 and cutmix=0).")
-    num_shards, index = shard
-    data = source.train if num_shards == 1 else source.train.shard(num_shards, index)
-    size = shard_size(source.train_size, num_shards, index)
-    if size == 0:
-        raise ValueError(f"The training split of {source.name!r} is empty (for shard {index}/{num_shards}).")
-    buffer = max(1, min(shuffle_buffer, size))
-
-    def one_pass(epoch):
-        # The order of each pass depends on (seed, epoch) only: the traced function's graph
-        # must not mix in TensorFlow's global seed (with a global seed of 0, TF cannot even
-        # take a tensor seed here).
-        tf.compat.v1.get_default_graph().seed = None
-        return data.shuffle(buffer, seed=epoch * 1_000_003 + seed, reshuffle_each_iteration=False)
-
-    parts, part_index = part
-    start *= parts  # examples of the global stream
-    first_epoch, offset = divmod(start, size)
-    stream = tf.data.Dataset.range(first_epoch, 2**62).flat_map(one_pass).skip(offset)
-    stream = stream.enumerate(start=start)
-    if parts > 1:
-        stream = stream.filter(lambda position, _: (position // batch_size) % parts == part_index)
+    stream = positioned_stream(source.name, source.train, source.train_size, batch_size, seed=seed, start=start,
+                               shuffle_buffer=shuffle_buffer, shard=shard, part=part)
     aug = augmentation
 
     def example(position, element):
