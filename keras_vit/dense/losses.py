@@ -18,23 +18,25 @@ EPSILON = 1e-6  # the smallest depth the log sees (a ReLU head outputs 0)
 class MaskedCrossEntropy(keras.losses.Loss):
     """Cross-entropy of `(batch, H, W, classes)` logits against `(batch, H, W)` class ids, averaged
     over the batch's labelled pixels (those not `ignore_class`), as torch's
-    `F.cross_entropy(..., ignore_index=255)`; 0 for a batch without any."""
+    `F.cross_entropy(..., ignore_index=255, label_smoothing=label_smoothing)`; 0 for a batch without any."""
 
-    def __init__(self, ignore_class=IGNORE, name="masked_cross_entropy", **kwargs):
+    def __init__(self, ignore_class=IGNORE, label_smoothing=0.0, name="masked_cross_entropy", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.ignore_class = int(ignore_class)
+        self.ignore_class, self.label_smoothing = int(ignore_class), float(label_smoothing)
 
     def call(self, y_true, y_pred):
         logits = ops.cast(y_pred, "float32")
         labels = ops.cast(y_true, "int32")
         valid = ops.not_equal(labels, self.ignore_class)
-        picked = ops.one_hot(ops.where(valid, labels, 0), ops.shape(logits)[-1], dtype="float32")
-        nll = -ops.sum(picked * ops.log_softmax(logits, axis=-1), axis=-1)
+        classes = ops.shape(logits)[-1]
+        picked = ops.one_hot(ops.where(valid, labels, 0), classes, dtype="float32")
+        target = picked * (1.0 - self.label_smoothing) + self.label_smoothing / ops.cast(classes, "float32")
+        nll = -ops.sum(target * ops.log_softmax(logits, axis=-1), axis=-1)
         weight = ops.cast(valid, "float32")
         return ops.sum(nll * weight) / ops.maximum(ops.sum(weight), 1.0)
 
     def get_config(self):
-        return {**super().get_config(), "ignore_class": self.ignore_class}
+        return {**super().get_config(), "ignore_class": self.ignore_class, "label_smoothing": self.label_smoothing}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -103,10 +105,10 @@ class Delta1(PixelFraction):
         return ops.less(ops.maximum(safe / prediction, prediction / safe), 1.25), valid
 
 
-def loss_and_metrics(task, num_classes=None):
+def loss_and_metrics(task, num_classes=None, label_smoothing=0.0):
     """`(loss, metrics)` of a dense task: "semantic" (masked cross-entropy; pixel accuracy as
     `accuracy`, `miou`) or "depth" (SILog; δ1 as `accuracy`)."""
     if task == "depth":
         return ScaleInvariantLogLoss(), [Delta1()]
     miou = keras.metrics.MeanIoU(num_classes, ignore_class=IGNORE, sparse_y_pred=False, name="miou")
-    return MaskedCrossEntropy(), [PixelAccuracy(), miou]
+    return MaskedCrossEntropy(label_smoothing=label_smoothing), [PixelAccuracy(), miou]

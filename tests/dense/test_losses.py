@@ -28,12 +28,13 @@ def depth():
     return target, prediction
 
 
-def numpy_cross_entropy(logits, labels):
+def numpy_cross_entropy(logits, labels, smoothing=0.0):
     logits = logits.astype(np.float64)
     logp = logits - logits.max(-1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
     valid = labels != IGNORE
-    return -np.mean(np.take_along_axis(logp, np.where(valid, labels, 0)[..., None], -1)[..., 0][valid])
+    nll = -np.take_along_axis(logp, np.where(valid, labels, 0)[..., None], -1)[..., 0]
+    return np.mean(((1 - smoothing) * nll - smoothing * logp.mean(-1))[valid])
 
 
 def numpy_silog(target, prediction, lam=0.5):
@@ -48,6 +49,8 @@ def test_cross_entropy_skips_the_ignore_label(semantic):
     np.testing.assert_allclose(loss, numpy_cross_entropy(logits, labels), rtol=1e-5)
     assert abs(loss - float(losses.MaskedCrossEntropy(ignore_class=-1)(np.where(labels == IGNORE, 0, labels), logits))) > 1e-3
     assert float(losses.MaskedCrossEntropy()(np.full_like(labels, IGNORE), logits)) == 0.0
+    smoothed = float(losses.MaskedCrossEntropy(label_smoothing=0.1)(labels, logits))
+    np.testing.assert_allclose(smoothed, numpy_cross_entropy(logits, labels, 0.1), rtol=1e-5)
 
 
 def test_scale_invariant_log_loss(depth):
