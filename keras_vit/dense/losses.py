@@ -80,6 +80,7 @@ class PixelFraction(keras.metrics.Metric):
         return self.right / ops.maximum(self.total, 1.0)
 
 
+@keras.saving.register_keras_serializable(package="keras_vit")
 class PixelAccuracy(PixelFraction):
     """The fraction of the labelled pixels whose largest logit is their class."""
 
@@ -91,7 +92,11 @@ class PixelAccuracy(PixelFraction):
         labels = ops.cast(y_true, "int32")
         return ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), labels), ops.not_equal(labels, self.ignore_class)
 
+    def get_config(self):
+        return {**super().get_config(), "ignore_class": self.ignore_class}
 
+
+@keras.saving.register_keras_serializable(package="keras_vit")
 class Delta1(PixelFraction):
     """δ1: the fraction of the measured pixels (depth > 0) predicted within a factor 1.25."""
 

@@ -42,12 +42,20 @@ class DenseResult:
     is_chief: bool = True
 
 
+def dpt_options(width):
+    """Depth Anything's DPT head (fusion to the next map's size, output at the input size), its widths
+    scaled with the ViT's: `width / 8 ... width` and `width / 6` (ViT-S 384: its 48, 96, 192, 384 and 64)."""
+    return dict(neck_hidden_sizes=tuple(max(width // k, 4) for k in (8, 4, 2, 1)),
+                fusion_hidden_size=max(width // 6, 8), fusion_resize="next", head_upsample="input")
+
+
 def build_dense_model(config, num_classes=None):
     """`(DenseModel, its ViT)` of `config`: its `head` on the config's ViT (pretrained if `weights`)."""
     backbone = engine.build_vit(config, include_top=False)
     task = DENSE_TASKS[config.task]
+    options = dpt_options(backbone.output_shape[-1]) if config.head == "dpt" else {}
     model = DenseModel(backbone, head=config.head, task=task, num_classes=num_classes if task == "semantic" else None,
-                       name=f"vit_{config.recipe}_{config.head}_{task}")
+                       name=f"vit_{config.recipe}_{config.head}_{task}", **options)
     return model, backbone
 
 
@@ -56,10 +64,17 @@ class DenseTraining(engine.Task):
 
     resume_fields = ("task", "head", "freeze_backbone")
 
-    def __init__(self, model=None):
-        self.model = model
+    def __init__(self, model=None, source=None):
+        self.model, self.source = model, source
+
+    @classmethod
+    def checked(cls, config, model=None, data=None):
+        """The task with its data read and checked already, before the run folder is touched."""
+        return cls(model, cls().load_source(config, data))
 
     def load_source(self, config, data):
+        if self.source is not None:
+            return self.source
         if data is not None and not isinstance(data, (str, bytes)) and not hasattr(data, "__fspath__"):
             raise ValueError(f"task={config.task} reads a data folder (DIR/images + DIR/masks or DIR/depth), "
                              f"not {type(data).__name__}.")

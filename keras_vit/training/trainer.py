@@ -154,6 +154,6 @@ def train(config=None, *, model=None, data=None, callbacks=(), resume=True, over
     else:
         from keras_vit.training.dense import DenseTraining
 
-        task = DenseTraining(model)
+        task = DenseTraining.checked(config, model, data)  # bad data refused before the run folder is made
     return engine.run(task, config, data=data, callbacks=callbacks, resume=resume,
                       overwrite_output_dir=overwrite_output_dir)
