@@ -36,7 +36,9 @@ def load_pair(image_path, target_path, task):
     """`(uint8 (H, W, 3) image, (H, W) target)`: the mask's uint8 class ids or the float32 depth."""
     image = augment.to_rgb(tf.io.decode_image(tf.io.read_file(image_path), channels=3, expand_animations=False))
     dtype = TARGET_DTYPES[task]
-    target = tf.numpy_function(lambda path: read_target(path).astype(dtype.as_numpy_dtype), [target_path], dtype)
+    # a path comes as bytes in a traced pipeline, as a 0-d array when run eagerly
+    target = tf.numpy_function(lambda path: read_target(np.asarray(path).item()).astype(dtype.as_numpy_dtype),
+                               [target_path], dtype)
     return image, tf.ensure_shape(target, [None, None])
 
 
