@@ -107,7 +107,9 @@ class DenseTraining(engine.Task):
         if config.freeze_backbone:
             model.get_layer("backbone").trainable = False
         loss, metrics = loss_and_metrics(DENSE_TASKS[config.task], source.num_classes, config.label_smoothing)
-        return engine.Setup(model, model, dict(loss=loss, metrics=metrics), backbone=backbone)
+        # the same layers, compiled for training; the saved `model` stays uncompiled (no optimizer in its file)
+        train_model = keras.Model(model.inputs, model.outputs, name=f"{model.name}_training")
+        return engine.Setup(model, train_model, dict(loss=loss, metrics=metrics), backbone=backbone)
 
     def logged(self, config):
         return ("loss", "accuracy", "miou") if config.task == "segmentation" else ("loss", "accuracy")
