@@ -46,11 +46,10 @@ def _model(task, tmp_path):
 
 
 def _numpy_predictions(model, pairs, task):
-    for image_path, target_path in pairs:
-        image = np.asarray(Image.open(image_path).convert("RGB"))
+    images = [np.asarray(Image.open(image_path).convert("RGB")) for image_path, _ in pairs]
+    outputs = np.asarray(model.predict_on_batch(np.stack([(resize(i, (32, 32)) - 127.5) / 127.5 for i in images])))
+    for (_, target_path), out in zip(pairs, outputs):
         target = np.load(target_path) if target_path.endswith(".npy") else np.asarray(Image.open(target_path))
-        x = (resize(image, (32, 32)) - 127.5) / 127.5
-        out = np.asarray(model.predict_on_batch(x[None]))[0]
         out = resize(out if task == "semantic" else out[..., None], target.shape)
         yield (out.argmax(-1) if task == "semantic" else out[..., 0]), target
 
