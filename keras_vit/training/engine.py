@@ -225,9 +225,9 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     setup = task.setup(config, source, augmentation)
     lora.apply_config(config, setup.model)  # LoRA or the linear probe: what stays trainable
     train_model = setup.train_model
+    decayed = setup.model if setup.backbone is None else setup.backbone  # whose blocks layer_decay scales
     train_model.compile(
-        optimizer=make_optimizer(config, total, setup.model if setup.backbone is None else setup.backbone), jit_compile=config.jit_compile,
-        **setup.compile,
+        optimizer=make_optimizer(config, total, decayed), jit_compile=config.jit_compile, **setup.compile,
     )
     train_model.optimizer.build(train_model.trainable_variables)
     fingerprint = {key: getattr(config, key) for key in (*FINGERPRINT, *task.resume_fields)}
