@@ -42,3 +42,4 @@ def _command_line():
 if not _command_line():
     from keras_vit import layers  # noqa: F401  (registers the layers for keras.saving.load_model)
     from keras_vit.dense import eomt as _eomt, layers as _dense_layers  # noqa: F401  (and the dense heads)
+    from keras_vit.dense import losses as _dense_losses  # noqa: F401  (and the losses a dense run compiles with)

@@ -2,7 +2,8 @@
 process, on tiny models and data: a broken documented command fails here.
 
 Each line runs in a folder of its own holding what the docs' lines refer to: `cat.jpg`,
-`dog.png`, a `path/to/folder` of class folders, a tiny random `SiglipModel` folder with a
+`dog.png`, a `path/to/folder` of class folders, a `path/to/shapes` dense folder (images and masks) with its
+run `runs/shapes`, a tiny random `SiglipModel` folder with a
 Gemma tokenizer in place of the downloaded `siglip2-base-patch16-224`, and `runs/digits/best.keras` /
 `runs/masked_patch_digits/encoder.keras` made by the docs' own `keras-vit train` and
 `keras-vit pretrain` (with the fast settings below). What is substituted, and why:
@@ -34,6 +35,7 @@ from PIL import Image
 from keras_vit.cli import main
 from keras_vit.variants import list_models
 from keras_vit.weights import registry
+from tests.support.dense_data import write_shapes
 from tests.support.docs import PAGES, blocks
 from tests.support.text import siglip_folder
 
@@ -102,12 +104,15 @@ def workspace(tmp_path_factory):
     for label in ("cats", "dogs"):
         for i in range(4):
             _image(folder / "path" / "to" / "folder" / label / f"{i}.png", rng, (12, 12))
+    write_shapes(str(folder / "path" / "to" / "shapes"), count=8, size=16)  # images/ + masks/ (docs/dense.md)
     previous = os.getcwd()
     os.chdir(folder)
     try:
         assert main(prepared(["keras-vit", "train"])) == 0
         assert main(prepared(["keras-vit", "pretrain"])) == 0
         assert main(prepared(["keras-vit", "train", "--lora-rank", "4", "--output-dir", "runs/lora"])) == 0
+        assert main(prepared(["keras-vit", "train", "--task", "segmentation", "--data", "path/to/shapes",
+                              "--output-dir", "runs/shapes"])) == 0
     finally:
         os.chdir(previous)
     assert (folder / LOCAL_MODEL).is_file() and (folder / "runs/masked_patch_digits/encoder.keras").is_file()

@@ -75,6 +75,43 @@ def shard_size(size, num_shards, index):
     return max(0, -(-(size - index) // num_shards))
 
 
+def positioned_stream(name, data, data_size, batch_size, *, seed=0, start=0, shuffle_buffer=10_000, shard=(1, 0),
+                      part=(1, 0), repeats=1):
+    """The endless training stream of `(position, element)` of the `data_size` examples `data`:
+    shuffled anew each pass (an order that depends on `seed` and the pass only), each example
+    numbered by its position in the stream, starting at example `start`; `shard` and `part` as
+    in `train_dataset`. `repeats` > 1: repeated augmentation (Hoffer et al., 2020; DeiT's
+    `RASampler`): a pass keeps its length, drawing a 1/repeats share of the examples, each
+    `repeats` times in a row (each copy at its own position, so augmented its own way)."""
+    num_shards, index = shard
+    data = data if num_shards == 1 else data.shard(num_shards, index)
+    size = shard_size(data_size, num_shards, index)
+    if size == 0:
+        raise ValueError(f"The training split of {name!r} is empty (for shard {index}/{num_shards}).")
+    buffer = max(1, min(shuffle_buffer, size))
+
+    def one_pass(epoch):
+        # The order of each pass depends on (seed, epoch) only: the traced function's graph
+        # must not mix in TensorFlow's global seed (with a global seed of 0, TF cannot even
+        # take a tensor seed here).
+        tf.compat.v1.get_default_graph().seed = None
+        shuffled = data.shuffle(buffer, seed=epoch * 1_000_003 + seed, reshuffle_each_iteration=False)
+        if repeats == 1:
+            return shuffled
+        copies = shuffled.take(-(-size // repeats)).flat_map(
+            lambda *e: tf.data.Dataset.from_tensors(e if len(e) > 1 else e[0]).repeat(repeats))
+        return copies.take(size)
+
+    parts, part_index = part
+    start *= parts  # examples of the global stream
+    first_epoch, offset = divmod(start, size)
+    stream = tf.data.Dataset.range(first_epoch, 2**62).flat_map(one_pass).skip(offset)
+    stream = stream.enumerate(start=start)
+    if parts > 1:
+        stream = stream.filter(lambda position, _: (position // batch_size) % parts == part_index)
+    return stream
+
+
 def train_dataset(
     source,
     augmentation,
@@ -107,35 +144,9 @@ def train_dataset(
     if augmentation.mixes_labels and not on_step:
         raise ValueError("MixUp / CutMix run in the training step of the classification task; "
                          "this task's stream cannot mix (set mixup=0 and cutmix=0).")
-    num_shards, index = shard
-    data = source.train if num_shards == 1 else source.train.shard(num_shards, index)
-    size = shard_size(source.train_size, num_shards, index)
-    if size == 0:
-        raise ValueError(f"The training split of {source.name!r} is empty (for shard {index}/{num_shards}).")
-    buffer = max(1, min(shuffle_buffer, size))
-
-    def one_pass(epoch):
-        # The order of each pass depends on (seed, epoch) only: the traced function's graph
-        # must not mix in TensorFlow's global seed (with a global seed of 0, TF cannot even
-        # take a tensor seed here).
-        tf.compat.v1.get_default_graph().seed = None
-        shuffled = data.shuffle(buffer, seed=epoch * 1_000_003 + seed, reshuffle_each_iteration=False)
-        repeats = augmentation.repeated_augment
-        if repeats == 1:
-            return shuffled
-        # repeated augmentation (Hoffer et al., 2020; DeiT's `RASampler`): a pass keeps its length,
-        # drawing a 1/repeats share of the examples, each `repeats` times in a row
-        copies = shuffled.take(-(-size // repeats)).flat_map(
-            lambda *e: tf.data.Dataset.from_tensors(e if len(e) > 1 else e[0]).repeat(repeats))
-        return copies.take(size)
-
-    parts, part_index = part
-    start *= parts  # examples of the global stream
-    first_epoch, offset = divmod(start, size)
-    stream = tf.data.Dataset.range(first_epoch, 2**62).flat_map(one_pass).skip(offset)
-    stream = stream.enumerate(start=start)
-    if parts > 1:
-        stream = stream.filter(lambda position, _: (position // batch_size) % parts == part_index)
+    stream = positioned_stream(source.name, source.train, source.train_size, batch_size, seed=seed, start=start,
+                               shuffle_buffer=shuffle_buffer, shard=shard, part=part,
+                               repeats=augmentation.repeated_augment)
     aug = augmentation
 
     def example(position, element):

@@ -10,6 +10,13 @@ def _evaluate(args):
         return _fewshot(args)
     if args.template is not None:
         raise ValueError("--template is for --zero-shot only.")
+    from keras_vit.evaluation.dense import dense_task, evaluate_dense, report
+
+    task, model = dense_task(args.model)
+    if task is not None:  # segmentation / depth: scored at each image's own size
+        results = evaluate_dense(args.model, args.data, split=args.split, batch_size=args.batch_size, model=model)
+        print("\n".join(report(args.model, results, args.data)))
+        return 0
     from keras_vit.evaluation.classification import evaluate
 
     options = {"data_dir": args.data_dir} if args.data_dir else {}
@@ -72,7 +79,8 @@ def _fewshot(args):
 
 
 def register(subparsers):
-    evaluate = subparsers.add_parser("evaluate", help="top-1 / top-5 of a trained model on a data set")
+    evaluate = subparsers.add_parser("evaluate", help="top-1 / top-5 of a trained model on a data set (a segmentation "
+                                     "model: mIoU, per-class IoU, pixel accuracy; depth: AbsRel, RMSE, delta1)")
     evaluate.add_argument("model", metavar="MODEL.keras", help="a .keras model (e.g. runs/digits/best.keras); with "
                           "--zero-shot an image-text model folder (CLIPModel, SiglipModel, Siglip2Model)")
     evaluate.add_argument("--data", metavar="NAME|DIR|FILE", help="data set (default: the one recorded with the run)")

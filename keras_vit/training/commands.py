@@ -35,9 +35,11 @@ def _train(args):
     if not result.is_chief:  # only the process that wrote the files reports them
         return 0
     epoch = f" (epoch {result.best_epoch})" if result.best_epoch else ""
+    scores = getattr(result, "scores", None)  # a dense task's (`keras_vit.training.dense`)
+    measured = (", ".join(f"{name} {value:.4f}" for name, value in scores.items()) if scores is not None else
+                f"top-1 {result.top1:.4f}, top-5 {result.top5:.4f}, loss {result.val_loss:.4f}")
     print(
-        f"\nValidation top-1 {result.top1:.4f}, top-5 {result.top5:.4f}, loss {result.val_loss:.4f} "
-        f"of the best model{epoch}; {_steps_run(result)} in {result.seconds:.0f} s "
+        f"\nValidation {measured} of the best model{epoch}; {_steps_run(result)} in {result.seconds:.0f} s "
         f"({result.precision}, strategy {result.strategy})."
     )
     run_dir = os.path.abspath(result.run_dir)

@@ -31,6 +31,8 @@ STRATEGIES = {
     "torch": ("auto", "none", "torch_ddp"),
 }
 MASK_TARGETS = ("color", "pixels")
+TASKS = ("classification", "segmentation", "depth")
+DENSE_HEADS = ("linear", "dpt")
 # Bounds of the batch size and the step and epoch counts: beyond them TensorFlow's int32 / int64
 # counters overflow; no real run comes near (2**20 images a step, 10**9 steps or epochs).
 MAX_BATCH = 2**20
@@ -82,6 +84,9 @@ def _is_utf8(path):
 class _TrainFields:
     """The fields declared here; `TrainConfig` adds the model options of `MODEL_OPTIONS`."""
 
+    task: str = option(
+        "classification", "classification, or segmentation (DIR/images/NAME.jpg + DIR/masks/NAME.png, class ids, 255: "
+        "not labelled) or depth (DIR/images + DIR/depth/NAME.png|npy) with a dense head", group=DATA, choices=TASKS)
     data: str = option(
         "digits", "'digits', a tensorflow-datasets name (cifar10, imagenet2012, ...), an image folder "
         "(CLASS/IMAGE) or an .npz", group=DATA, metavar="NAME|DIR|FILE", check=check_data)
@@ -175,6 +180,11 @@ class _TrainFields:
     lora_targets: str = option(
         "qkv,out", "LoRA: the projections, comma-separated among qkv, out, mlp", group=MODEL, metavar="NAMES",
         check=parse_lora_targets)
+    head: str = option(
+        "linear", "segmentation / depth: the head, linear (DINOv2's linear evaluation) or dpt", group=MODEL,
+        choices=DENSE_HEADS)
+    freeze_backbone: bool = option(
+        False, "segmentation / depth: train the head only, the ViT frozen (DINOv2's linear protocol)", group=MODEL)
     remat: bool = option(
         False, "recompute encoder block activations in the backward pass (less memory, ~1/3 more compute)",
         group=MODEL)
@@ -286,6 +296,7 @@ class _TrainFields:
         elif self.naflex_pack:
             raise ValueError("naflex_pack=true packs NaFlex batches: it needs naflex_seq_lens (e.g. 64,128,256).")
         self._check_model_options()
+        self._check_task()
         if self.batch_size % self.accumulation_steps:
             raise ValueError(
                 f"batch_size={self.batch_size} (per optimizer step) must be divisible by "
@@ -306,6 +317,21 @@ class _TrainFields:
             raise ValueError(f"naflex_seq_lens trains a NaFlex model, which takes no {', '.join(given)}: set "
                              "class_token=false, pooling=avg, mixup=0, cutmix=0, randaugment_ops=0, fewshot_every=0 and leave the "
                              "crop, three_augment, color_jitter, random_erasing and repeated_augment at their defaults.")
+
+    def _check_task(self):
+        if self.task == "classification":
+            if self.freeze_backbone:
+                raise ValueError("freeze_backbone is for task segmentation / depth; a classifier trains its head "
+                                 "alone with linear_probe=true.")
+            return
+        unsupported = {"mixup": self.mixup, "cutmix": self.cutmix, "randaugment_ops": self.randaugment_ops,
+                       "naflex_seq_lens": self.naflex_seq_lens,
+                       "fewshot_every": self.fewshot_every, "lora_rank": self.lora_rank,
+                       "linear_probe": self.linear_probe, "representation_size": self.representation_size}
+        given = [name for name, value in unsupported.items() if value]
+        if given:
+            raise ValueError(f"task={self.task} takes no {', '.join(given)} (classification options); unset them "
+                             "(freeze_backbone=true trains the dense head alone).")
 
     @property
     def writes_tensorboard(self):

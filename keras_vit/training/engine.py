@@ -58,6 +58,7 @@ class Setup:
     # `(dataset, salt, start_step) -> dataset` applied to the training (salt 0) and validation
     # (salt 1) batches, e.g. corrupting patches; None: the labelled batches as they are.
     transform: Optional[Callable[[Any, int, int], Any]] = None
+    backbone: Optional[keras.Model] = None  # the ViT whose blocks `layer_decay` scales; None: `model`
 
 
 class Task:
@@ -74,6 +75,37 @@ class Task:
     def logged(self, config):
         """The names of the training metrics the epoch logs hold (each also as `val_NAME`)."""
         return ("loss",)
+
+    def load_source(self, config, data):
+        """The run's data: `data` if given, else the config's (`keras_vit.data.sources.load_source`)."""
+        return load_source(
+            config.data if data is None else data,
+            data_dir=config.data_dir,
+            manual_dir=config.manual_dir,
+            download=config.download,
+            train_split=config.train_split,
+            val_split=config.val_split,
+            val_fraction=config.val_fraction,
+            on_corrupt=config.on_corrupt,
+            seed=config.seed,
+        )
+
+    def batches(self, config, plan, source, augmentation, batch, setup):
+        """`(validation batches, start_step -> training batches)` of `source` for this process
+        (`keras_vit.data.pipeline`'s labelled images)."""
+        val_ds = pipeline.eval_dataset(
+            source, config.image_size, batch, one_hot=setup.one_hot, crop_fraction=config.eval_crop,
+            pad_to_multiple=plan.pad_multiple, part=plan.part, on_corrupt=config.on_corrupt,
+        )
+
+        def train_batches(start_step):
+            return pipeline.train_dataset(
+                source, augmentation, batch, one_hot=setup.one_hot, seed=config.seed, start=start_step * batch,
+                shuffle_buffer=config.shuffle_buffer, shard=plan.shard, part=plan.part,
+                deterministic=config.deterministic, on_corrupt=config.on_corrupt, on_step=setup.on_step,
+            )
+
+        return val_ds, train_batches
 
     def metadata(self, config, source):
         """`{file name: JSON payload}` written into the run folder besides `config.json`."""
@@ -216,14 +248,14 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     if config.naflex_seq_lens and (task.command != "train" or plan.part[0] > 1 or plan.pad_multiple > 1):
         raise ValueError("naflex_seq_lens trains a NaFlex classifier (keras-vit train) in one process on one "
                          "device, without data parallelism; unset naflex_seq_lens or use strategy=none.")
-    source, batch, steps_per_epoch, _, total = load_and_plan(config, plan, data)
+    source, batch, steps_per_epoch, _, total = load_and_plan(task, config, plan, data)
     augmentation = make_augmentation(config)
     setup = task.setup(config, source, augmentation)
     lora.apply_config(config, setup.model)  # LoRA or the linear probe: what stays trainable
     train_model = setup.train_model
+    decayed = setup.model if setup.backbone is None else setup.backbone  # whose blocks layer_decay scales
     train_model.compile(
-        optimizer=make_optimizer(config, total, setup.model), jit_compile=config.jit_compile,
-        **setup.compile,
+        optimizer=make_optimizer(config, total, decayed), jit_compile=config.jit_compile, **setup.compile,
     )
     train_model.optimizer.build(train_model.trainable_variables)
     state = checkpointing.RunState(
@@ -248,21 +280,11 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     if config.naflex_seq_lens:
         val_ds, train_stream = naflex_streams(config, plan, source, augmentation, batch, setup)
     else:
-        val_ds = transform(
-            pipeline.eval_dataset(
-                source, config.image_size, batch, one_hot=setup.one_hot, crop_fraction=config.eval_crop,
-                pad_to_multiple=plan.pad_multiple, part=plan.part, on_corrupt=config.on_corrupt,
-            ),
-            1, 0,
-        )
+        val_batches, train_batches = task.batches(config, plan, source, augmentation, batch, setup)
+        val_ds = transform(val_batches, 1, 0)
 
         def train_stream(start_step):
-            batches = pipeline.train_dataset(
-                source, augmentation, batch, one_hot=setup.one_hot, seed=config.seed, start=start_step * batch,
-                shuffle_buffer=config.shuffle_buffer, shard=plan.shard, part=plan.part,
-                deterministic=config.deterministic, on_corrupt=config.on_corrupt, on_step=setup.on_step,
-            )
-            return plan.feed(transform(batches, 0, start_step))
+            return plan.feed(transform(train_batches(start_step), 0, start_step))
 
     callbacks = fewshot_callback.config_callbacks(config, source, setup.model, config.run_dir if plan.is_chief else None)
     callbacks += make_callbacks(config, plan, state, extra_callbacks)
@@ -352,20 +374,10 @@ def schedule_steps(config, examples):
     return per_epoch, math.ceil(total / per_epoch), total
 
 
-def load_and_plan(config, plan, data):
+def load_and_plan(task, config, plan, data):
     """`(source, per-process batch, steps per epoch, epochs, total steps)` of a run: the data
-    source of the recipe (or `data`) and the steps every process takes."""
-    source = load_source(
-        config.data if data is None else data,
-        data_dir=config.data_dir,
-        manual_dir=config.manual_dir,
-        download=config.download,
-        train_split=config.train_split,
-        val_split=config.val_split,
-        val_fraction=config.val_fraction,
-        on_corrupt=config.on_corrupt,
-        seed=config.seed,
-    )
+    source of the recipe (or `data`, `task.load_source`) and the steps every process takes."""
+    source = task.load_source(config, data)
     batch = plan.per_process_batch(config.micro_batch_size)
     shards = plan.shard[0]  # every process plans with the smallest shard: the same steps everywhere
     examples = pipeline.shard_size(source.train_size, shards, shards - 1) * shards

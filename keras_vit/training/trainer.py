@@ -133,15 +133,17 @@ class Classification(engine.Task):
 
 
 def train(config=None, *, model=None, data=None, callbacks=(), resume=True, overwrite_output_dir=False, **overrides):
-    """Trains a ViT; returns a `TrainResult`. Rerun with the same settings to resume.
+    """Trains a ViT; returns a `TrainResult` (`task="segmentation" | "depth"`: a dense head on the
+    ViT, `keras_vit.training.dense`, returning a `DenseResult`). Rerun with the same settings to resume.
 
     Args:
         config: a `TrainConfig` or a recipe name ("digits" by default, "finetune", "scratch").
-        model: optionally a ready `keras.Model` (images in, class probabilities or logits out)
-            instead of the one the config describes.
+        model: optionally a ready `keras.Model` (images in, class probabilities or logits out;
+            dense tasks: a `keras_vit.DenseModel`) instead of the one the config describes.
         data: optionally data instead of `config.data`: NumPy `(x, y)` or
             `((x_train, y_train), (x_val, y_val))` (run folder by default `runs/RECIPE-arrays`,
-            not the command line's `runs/RECIPE`), a folder, a tfds name or "digits".
+            not the command line's `runs/RECIPE`), a folder, a tfds name or "digits" (dense tasks:
+            a folder of `images/` with `masks/` or `depth/`).
         callbacks: more Keras callbacks.
         resume: continue from the checkpoint in the run directory if there is one (False:
             start anew, removing what an earlier run wrote there).
@@ -149,5 +151,12 @@ def train(config=None, *, model=None, data=None, callbacks=(), resume=True, over
             (refused otherwise); files of a run's names there are replaced.
         **overrides: any `TrainConfig` field.
     """
-    return engine.run(Classification(model), config, data=data, callbacks=callbacks, resume=resume,
-                      overwrite_output_dir=overwrite_output_dir, **overrides)
+    config = engine.resolve_config(Classification(), config, overrides)
+    if config.task == "classification":
+        task = Classification(model)
+    else:
+        from keras_vit.training.dense import DenseTraining
+
+        task = DenseTraining.checked(config, model, data)  # bad data refused before the run folder is made
+    return engine.run(task, config, data=data, callbacks=callbacks, resume=resume,
+                      overwrite_output_dir=overwrite_output_dir)
