@@ -71,6 +71,7 @@ DAMAGED = {
 }
 
 
+@pytest.mark.backend_independent  # refused (or written) before any backend-specific step
 @pytest.mark.parametrize("damage", DAMAGED)
 def test_a_state_naming_no_whole_weights_file_deletes_nothing(finished, tmp_path, damage):
     run_dir = _copy(finished, tmp_path)
@@ -114,6 +115,7 @@ def _make(folder, name, content):
         (folder / name).write_bytes(content)
 
 
+@pytest.mark.backend_independent  # refused (or written) before any backend-specific step
 @pytest.mark.parametrize("entry", USERS)
 def test_a_users_lock_or_hosts_entry_is_never_removed_nor_taken_for_a_run(tmp_path, entry):
     folder = tmp_path / "mine"
@@ -131,6 +133,7 @@ def test_a_users_lock_or_hosts_entry_is_never_removed_nor_taken_for_a_run(tmp_pa
         assert _snapshot(folder) == before, (extra, err)
 
 
+@pytest.mark.backend_independent  # refused (or written) before any backend-specific step
 @pytest.mark.parametrize("entry", [name for name in USERS if USERS[name][0] == "run.lock"])
 def test_a_users_lock_in_a_run_folder_is_refused_and_kept(finished, tmp_path, entry):
     run_dir = _copy(finished, tmp_path)
@@ -141,6 +144,7 @@ def test_a_users_lock_in_a_run_folder_is_refused_and_kept(finished, tmp_path, en
     assert _snapshot(run_dir) == before
 
 
+@pytest.mark.backend_independent  # refused (or written) before any backend-specific step
 def test_keras_vits_own_stale_lock_and_heartbeats_are_its_own(tmp_path):
     """A folder holding only what a killed keras_vit run left (its marked lock, heartbeats) is
     a run's: the stale lock is taken over, the heartbeats stay."""
