@@ -53,6 +53,8 @@ OTHER = {
     "mlp": {"mlp": "swiglu"},
     "patch_norm": {"patch_norm": True},
     "sincos_form": {"sincos_form": "mae", "position_embedding": "sincos2d"},
+    "head": {"head": "dpt"},
+    "freeze_backbone": {"freeze_backbone": True, "task": "segmentation"},
 }
 BASE = recipe("digits").replace(patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=16, image_size=8)
 TASK = Classification()
