@@ -67,9 +67,20 @@ def export(model, path, format="npz", overwrite=False):
       `ViTForImageClassification.from_pretrained` (or `ViTModel`, without a head) loads; its
       `hidden_act` is the model's GELU ("gelu_pytorch_tanh" for the tanh approximation);
     - any other name of `keras_vit.weights.formats.export_names()`.
+
+    A Depth Anything `DenseModel` (DPT head, DINOv2 backbone) is written as "hf": a transformers
+    `DepthAnythingForDepthEstimation` folder (`keras_vit.dense.writing`).
     """
     fmt = formats.by_option(format)
     check_output(path, fmt, overwrite)
+    if "dpt_head" in [layer.name for layer in model.layers]:  # a DenseModel: `keras_vit.dense.writing`
+        if fmt.option != "hf":
+            raise ValueError(f"{model.name}: a dense model with a DPT head is written as format='hf' (a transformers "
+                             "DepthAnythingForDepthEstimation folder); model.save('x.keras') keeps any.")
+        from keras_vit.dense.writing import write_depth_anything
+
+        with one_line_errors(path):
+            return write_depth_anything(os.fspath(path), model)
     _write(fmt, os.fspath(path), model_checkpoint(model))
 
 
