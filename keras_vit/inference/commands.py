@@ -30,11 +30,14 @@ def _predict(args):
 
 def _model_of(source, weights):
     """`load_model`'s `(model, class names, crop)`; a folder is a run folder (its best, else final
-    `.keras`) or a checkpoint folder (`keras_vit.from_checkpoint`: a dense model whole)."""
+    `.keras`) or a checkpoint folder, and a named dense checkpoint (`registry.DENSE`) is fetched as
+    one (`keras_vit.from_checkpoint`: a dense model whole)."""
     from keras_vit.inference.predict import load_model
     from keras_vit.run_folder import BEST, FINAL
 
-    if not os.path.isdir(source):
+    from keras_vit.dense.reading import dense_entry
+
+    if not os.path.isdir(source) and dense_entry(source) is None:
         return load_model(source, weights)
     saved = [os.path.join(source, name) for name in (BEST, FINAL) if os.path.isfile(os.path.join(source, name))]
     if saved:
