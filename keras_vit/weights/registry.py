@@ -257,14 +257,15 @@ ENTRIES = [
 # --- Dense prediction (issue 41): transformers folders (config.json + model.safetensors) that
 # `keras_vit.from_checkpoint` reads whole (`keras_vit.dense.reading`: a depth model, an EoMT segmenter),
 # listed under their backbone's model. Depth Anything V2 (depth-anything/*-hf): Small Apache-2.0, Base and
-# Large CC-BY-NC-4.0; EoMT (tue-mps, MIT), DINOv2-L/14 with 4 registers, at its training size.
+# Large CC-BY-NC-4.0; EoMT (tue-mps, MIT): DINOv2-L with 4 registers whose patch embedding EoMT resized to
+# 16 px (no named model: listed as "EoMTL16"), at its training size.
 _DENSE_HUB = "https://huggingface.co/{}/resolve/main/model.safetensors"
 DENSE = [
     *(WeightsEntry(variant, f"depth_anything_v2_{size.lower()}", 518, None, None, "safetensors",
                    _DENSE_HUB.format(f"depth-anything/Depth-Anything-V2-{size}-hf"), license=license, preprocessing="dinov2")
       for variant, size, license in (("DINOv2S14", "Small", "apache-2.0"), ("DINOv2B14", "Base", "cc-by-nc-4.0"),
                                      ("DINOv2L14", "Large", "cc-by-nc-4.0"))),
-    *(WeightsEntry("DINOv2L14", name, resolution, None, None, "safetensors", _DENSE_HUB.format(f"tue-mps/{name}"),
+    *(WeightsEntry("EoMTL16", name, resolution, None, None, "safetensors", _DENSE_HUB.format(f"tue-mps/{name}"),
                    license="mit", preprocessing="eomt")
       for name, resolution in (("ade20k_semantic_eomt_large_512", 512), ("cityscapes_semantic_eomt_large_1024", 1024),
                                ("coco_panoptic_eomt_large_640", 640))),
