@@ -9,6 +9,7 @@ heads `(batch, H, W)` depth."""
 import keras
 from keras import ops
 
+from keras_vit.dense import writing  # noqa: F401  (registers the Depth Anything writer with keras_vit.weights.export)
 from keras_vit.dense.resize import resize
 
 TASKS = ("semantic", "depth")

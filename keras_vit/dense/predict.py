@@ -17,7 +17,7 @@ import numpy as np
 from keras_vit import images
 from keras_vit.dense.eomt_postprocess import post_process_semantic_segmentation, resize_maps
 from keras_vit.imagenet import preprocess_input
-from keras_vit.inspect.model_parts import dense_task, position_layer, vit_part
+from keras_vit.inspect.model_parts import dense_task, input_step, position_layer, vit_part
 from keras_vit.preprocessing import preprocessing
 
 DEPTH_BITS = (8, 16)
@@ -39,8 +39,6 @@ def palette():
 
 def input_size(model, height, width):
     """The `(height, width)` an image of that size is given to `model` at (module docstring)."""
-    from keras_vit.inference.serving import input_step
-
     fixed = model.inputs[0].shape[1:3]
     if None not in fixed:
         return tuple(fixed)

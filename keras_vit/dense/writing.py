@@ -11,6 +11,7 @@ import numpy as np
 from keras_vit.dense.layouts import DEPTH_ANYTHING_TABLE
 from keras_vit.weights.formats.hf_families import dinov2_parts
 from keras_vit.weights.formats.huggingface import hf_preprocessor_config, write_folder
+from keras_vit.weights.export import MODEL_WRITERS, model_checkpoint
 from keras_vit.weights.lazy import LazyArray
 
 # What a Depth Anything head is (`keras_vit.dense.layouts.depth_anything_args`).
@@ -54,8 +55,6 @@ def is_depth_anything(model):
 
 def write_depth_anything(folder, model):
     """Writes `model` (`is_depth_anything`) as a `DepthAnythingForDepthEstimation` folder."""
-    from keras_vit.weights.export import model_checkpoint
-
     if not is_depth_anything(model):
         raise ValueError(f"{model.name}: a Depth Anything folder holds a DenseModel(head='dpt', task='depth') with "
                          f"{', '.join(f'{k}={v!r}' for k, v in DEPTH_ANYTHING.items() if k != 'task')}.")
@@ -89,3 +88,6 @@ def write_depth_anything(folder, model):
     preprocessor = {**hf_preprocessor_config(ckpt, "DPTImageProcessor"), "keep_aspect_ratio": True,
                     "ensure_multiple_of": ckpt.patch_size}
     write_folder(folder, {**{"backbone." + k: v for k, v in tensors.items()}, **theirs}, config, preprocessor)
+
+
+MODEL_WRITERS["dpt_head"] = ("hf", write_depth_anything)

@@ -47,7 +47,7 @@ import numpy as np
 import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
 from keras_vit.files import atomic_path, check_target, write_json
 from keras_vit.inference.serving_card import card, card_path, is_card
-from keras_vit.inspect.model_parts import dense_task, embedding_layer, is_naflex, position_layer, vit_part
+from keras_vit.inspect.model_parts import dense_task, input_step, is_naflex, position_layer, vit_part
 from keras_vit.run_folder import load_keras_file, metadata
 
 
@@ -90,13 +90,6 @@ REQUIRED_ENTRY = {"saved_model": "saved_model.pb", "openvino": "model.xml"}
 
 class ExportMismatch(ValueError):
     """The exported model's outputs differ from the Keras model's."""
-
-
-def input_step(model):
-    """What an input side must be a multiple of: the patch size (times a hybrid stem's stride)."""
-    vit = vit_part(model)
-    stem = next((layer for layer in vit.layers if layer.name == "stem"), None)
-    return embedding_layer(vit).patch_size * (stem.stride if stem is not None else 1)
 
 
 def naflex_budgets(model):

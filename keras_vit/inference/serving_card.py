@@ -11,7 +11,7 @@ import os
 
 from keras_vit.files import parse_json
 from keras_vit.heads import ends_with_softmax
-from keras_vit.inspect.model_parts import dense_task
+from keras_vit.inspect.model_parts import dense_task, input_step
 from keras_vit.preprocessing import preprocessing
 
 SUFFIX = ".serving.json"
@@ -98,17 +98,10 @@ def card(model, fmt, output, *, crop_fraction=1.0, class_names=None, naflex=Fals
     if dense_task(model) is not None:
         record["preprocessing"]["steps"][1:3] = [_dense_resize(model, shape), "no crop: the whole image"]
         if None in shape[:2]:
-            record["input"]["multiple_of"] = size_step(model)
+            record["input"]["multiple_of"] = input_step(model)
     if class_names:
         record["class_names"] = list(class_names)
     return record
-
-
-def size_step(model):
-    """What an input side must be a multiple of (`keras_vit.inference.serving`'s rule)."""
-    from keras_vit.inference.serving import input_step
-
-    return input_step(model)
 
 
 def _dense_resize(model, shape):
@@ -116,7 +109,7 @@ def _dense_resize(model, shape):
     if None not in shape[:2]:
         return f"resize the whole image to {shape[0]} x {shape[1]} px ({spec.interpolation}); resize the output back"
     return (f"resize the whole image ({spec.interpolation}) so that both sides are multiples of "
-            f"{size_step(model)} (e.g. the nearest); resize the output back to the image's size")
+            f"{input_step(model)} (e.g. the nearest); resize the output back to the image's size")
 
 
 def _output(model):

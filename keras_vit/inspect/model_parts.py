@@ -35,6 +35,13 @@ def dense_task(model):
     return model.get_layer(head).task if head else None
 
 
+def input_step(model):
+    """What an input side must be a multiple of: the patch size (times a hybrid stem's stride)."""
+    vit = vit_part(model)
+    stem = next((layer for layer in vit.layers if layer.name == "stem"), None)
+    return embedding_layer(vit).patch_size * (stem.stride if stem is not None else 1)
+
+
 def embedding_layer(model):
     return _layer(model, "embedding")
 

@@ -16,6 +16,9 @@ from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.reading import weights_checkpoint
 
 FORMATS = formats.export_names()
+# Writers of whole models other than one Vision Transformer, by the name of the layer that marks them:
+# layer name -> (format option, write(path, model)). `keras_vit.dense.writing` adds the Depth Anything one.
+MODEL_WRITERS = {}
 
 
 def model_checkpoint(model):
@@ -73,14 +76,15 @@ def export(model, path, format="npz", overwrite=False):
     """
     fmt = formats.by_option(format)
     check_output(path, fmt, overwrite)
-    if "dpt_head" in [layer.name for layer in model.layers]:  # a DenseModel: `keras_vit.dense.writing`
-        if fmt.option != "hf":
-            raise ValueError(f"{model.name}: a dense model with a DPT head is written as format='hf' (a transformers "
-                             "DepthAnythingForDepthEstimation folder); model.save('x.keras') keeps any.")
-        from keras_vit.dense.writing import write_depth_anything
-
+    names = [layer.name for layer in model.layers]
+    marked = next((name for name in MODEL_WRITERS if name in names), None)
+    if marked is not None:  # not one Vision Transformer: its package's writer
+        option, write = MODEL_WRITERS[marked]
+        if fmt.option != option:
+            raise ValueError(f"{model.name}: a model with a {marked} layer is written as format={option!r} only; "
+                             "model.save('x.keras') keeps any.")
         with one_line_errors(path):
-            return write_depth_anything(os.fspath(path), model)
+            return write(os.fspath(path), model)
     _write(fmt, os.fspath(path), model_checkpoint(model))
 
 
