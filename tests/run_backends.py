@@ -76,6 +76,8 @@ QUICK = (
     "tests/weights/test_clip.py::test_clip_builder_without_weights_and_bad_options",
     "tests/dense/test_resize.py", "tests/dense/test_model.py::test_bad_arguments_are_refused_in_one_line",
     "tests/inference/test_serving_card.py::test_a_pytorch_program_ends_in_pt2",
+    "tests/inference/test_export_dense.py::test_several_outputs_are_paired_by_name_then_shape",
+    "tests/dense/test_named.py::test_offline_is_one_line_naming_the_cache_folder",
 )
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 
