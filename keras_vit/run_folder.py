@@ -288,7 +288,7 @@ def load_model(model="runs/digits/best.keras", weights="imagenet", **builder_arg
         raise ValueError(f"Unknown model {model!r}; expected a .keras file or one of {', '.join(list_models())}.")
     names = recorded.get("class_names")
     classes = loaded.output_shape[-1] if len(loaded.output_shape) == 2 else None
-    if names is not None and len(names) != classes:
+    if names is not None and classes is not None and len(names) != classes:  # a dense model: per pixel
         raise ValueError(f"{path(os.path.dirname(os.path.abspath(model)), CLASSES)} names {len(names)} classes; "
                          f"the model {model} predicts {classes}.")
     if names is None and classes == 1000:

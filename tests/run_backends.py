@@ -82,6 +82,8 @@ QUICK = (
     "tests/dense/test_losses.py::test_cross_entropy_skips_the_ignore_label", "tests/dense/test_data.py",
     "tests/inference/test_serving_card.py::test_a_pytorch_program_ends_in_pt2",
     "tests/text/test_names.py::test_unknown_names_are_refused_in_one_line",
+    "tests/inference/test_export_dense.py::test_several_outputs_are_paired_by_name_then_shape",
+    "tests/dense/test_named.py::test_offline_is_one_line_naming_the_cache_folder",
 )
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 

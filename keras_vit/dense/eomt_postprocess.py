@@ -30,7 +30,7 @@ def _bilinear(n_in, n_out):
     return matrix
 
 
-def _resized(maps, size):
+def resize_maps(maps, size):
     """`(..., h, w)` maps resized to `size` as torch's bilinear `interpolate` (float64 products)."""
     rows, cols = (_bilinear(n, m) for n, m in zip(maps.shape[-2:], size))
     return np.einsum("yh,...hw,xw->...yx", rows, maps.astype(np.float64), cols).astype(np.float32)
@@ -51,7 +51,7 @@ def semantic_scores(outputs, size=None):
                          f"{sorted(outputs) if isinstance(outputs, dict) else type(outputs).__name__}.")
     classes, masks = (np.asarray(ops.convert_to_numpy(outputs[k]), np.float32) for k in OUTPUTS)
     if size is not None:
-        masks = _resized(masks, _size(size, "size"))
+        masks = resize_maps(masks, _size(size, "size"))
     probs = _softmax(classes)[..., :-1]
     return np.einsum("bqc,bqhw->bchw", probs, 1 / (1 + np.exp(-masks)))
 
@@ -64,5 +64,5 @@ def post_process_semantic_segmentation(outputs, target_sizes, size=None):
     scores = semantic_scores(outputs, size)
     if not isinstance(target_sizes, (list, tuple)) or len(target_sizes) != len(scores):
         raise ValueError(f"target_sizes: expected one (height, width) per image ({len(scores)}), got {target_sizes!r}.")
-    return [np.argmax(_resized(s, _size(t, f"target_sizes[{i}]")), axis=0)
+    return [np.argmax(resize_maps(s, _size(t, f"target_sizes[{i}]")), axis=0)
             for i, (s, t) in enumerate(zip(scores, target_sizes))]

@@ -9,6 +9,7 @@ heads `(batch, H, W)` depth."""
 import keras
 from keras import ops
 
+from keras_vit.dense import writing  # noqa: F401  (registers the Depth Anything writer with keras_vit.weights.export)
 from keras_vit.dense.resize import resize
 
 TASKS = ("semantic", "depth")
@@ -46,6 +47,12 @@ class _TokenHead(keras.layers.Layer):
         shape = ops.shape(patch_grid)
         return ops.reshape(tokens[:, self.num_prefix_tokens:], (-1, shape[1], shape[2], ops.shape(tokens)[-1]))
 
+    @staticmethod
+    def class_map(tokens):
+        """The class token as a `(batch, 1, 1, width)` map (a reshape: LiteRT's and OpenVINO's
+        converters take no strided slice that adds axes)."""
+        return ops.reshape(tokens[:, 0], (-1, 1, 1, ops.shape(tokens)[-1]))
+
     def compute_output_shape(self, tokens_shape, patch_grid_shape, images_shape):
         batch, height, width = images_shape[:3]
         return (batch, height, width, self.num_classes) if self.task == "semantic" else (batch, height, width)
@@ -78,7 +85,7 @@ class LinearHead(_TokenHead):
         maps = []
         for t in tokens:
             grid = self.grid(t, patch_grid)
-            maps += [grid, ops.ones_like(grid) * t[:, None, None, 0]] if self.class_token else [grid]
+            maps += [grid, ops.ones_like(grid) * self.class_map(t)] if self.class_token else [grid]
         x = self.conv(self.bn(ops.concatenate(maps, axis=-1), training=training))
         x = resize(x, ops.shape(images)[1:3], align_corners=False)
         return x if self.task == "semantic" else ops.relu(x[..., 0])
@@ -214,7 +221,7 @@ class DPTHead(_TokenHead):
     def _reassemble(self, i, tokens, patch_grid):
         x = self.grid(tokens, patch_grid)
         if self.readout != "ignore":
-            cls = tokens[:, None, None, 0]
+            cls = self.class_map(tokens)
             if self.readout == "add":
                 x = x + cls
             else:

@@ -6,6 +6,7 @@ import keras
 
 from keras_vit.dense.eomt import eomt_model
 from keras_vit.dense.layers import TASKS, DPTHead, LinearHead
+from keras_vit.guard import VisionTransformerModel
 from keras_vit.inspect.features import block_indices, feature_extractor
 from keras_vit.inspect.model_parts import embedding_layer, encoder_layer, has_class_token, is_naflex, prefix_tokens
 
@@ -90,4 +91,6 @@ def DenseModel(backbone, head="linear", task="semantic", num_classes=None, *, la
     *tokens, patch_grid = parts(images)
     layer = HEADS[head](task=task, num_classes=num_classes, num_prefix_tokens=prefix_tokens(backbone),
                         name=f"{head}_head", **options)
-    return keras.Model(images, layer(tokens, patch_grid, images), name=name or f"{backbone.name}_{head}_{task}")
+    model = VisionTransformerModel(images, layer(tokens, patch_grid, images), name=name or f"{backbone.name}_{head}_{task}")
+    model.preprocessing = getattr(backbone, "preprocessing", model.preprocessing)  # saved with it: predict and exports
+    return model

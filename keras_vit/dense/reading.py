@@ -8,11 +8,13 @@ from keras_vit.applications.vision_transformer import VisionTransformer
 from keras_vit.dense.eomt import eomt_of_checkpoint
 from keras_vit.dense.layouts import blocks, layout_of
 from keras_vit.dense.model import DenseModel
-from keras_vit.weights import containers
+from keras_vit.weights import containers, registry
+from keras_vit.weights.download import DownloadError
 from keras_vit.weights.formats.eomt import split_head
 from keras_vit.weights.reading import read_raw, weights_checkpoint
 
 BACKBONE = "backbone."
+CONFIG_FILE = "config.json"
 
 
 def from_checkpoint(source, force_download=False, **builder_args):
@@ -24,8 +26,12 @@ def from_checkpoint(source, force_download=False, **builder_args):
     None, 3)`, any multiple of the patch size); an EoMT checkpoint (`EomtForUniversalSegmentation`)
     its whole segmentation model (`keras_vit.dense.eomt`), the builder arguments applying to its
     backbone. Anything else gives its Vision Transformer: see
-    `keras_vit.applications.from_checkpoint.from_checkpoint`.
+    `keras_vit.applications.from_checkpoint.from_checkpoint`. The named dense checkpoints
+    (`registry.DENSE`, e.g. "depth_anything_v2_small" or its hub id) are fetched as folders (`fetch_folder`).
     """
+    entry = dense_entry(source)
+    if entry is not None:
+        source = fetch_folder(entry, force_download)
     if isinstance(source, (str, os.PathLike)) and os.path.exists(source):
         raw = containers.open_checkpoint(source)
         if layout_of(raw.meta.get("config")) is not None:
@@ -34,6 +40,37 @@ def from_checkpoint(source, force_download=False, **builder_args):
                                                force_download=force_download))
     model = vit_of_checkpoint(ckpt, **builder_args)
     return model if head is None else eomt_of_checkpoint(model, ckpt, head)
+
+
+def dense_entry(source):
+    """The `registry.DENSE` entry named `source` (its name, "Variant/name" or its hub repo id), or None."""
+    if not isinstance(source, str) or os.path.exists(source):
+        return None
+    for entry in registry.DENSE:
+        if source in (entry.name, f"{entry.variant}/{entry.name}", registry.hub_repo_id(entry)):
+            return entry
+    return None
+
+
+def fetch_folder(entry, force=False):
+    """The local folder of a dense entry: its cache folder where `config.json` and the weights file
+    were put, else the Hugging Face cache's copy (downloaded if needed); a failed download is one
+    line naming where to put the files by hand."""
+    folder = os.path.dirname(registry.cache_path(entry))
+    names = (CONFIG_FILE, entry.file_name)
+    if not force and all(os.path.isfile(os.path.join(folder, n)) for n in names):
+        return folder
+    repo = registry.hub_repo_id(entry)
+    try:
+        import huggingface_hub
+
+        paths = [huggingface_hub.hf_hub_download(repo_id=repo, filename=n, **({"force_download": True} if force else {}))
+                 for n in names]
+    except Exception as error:  # offline, missing package, HTTP errors: all the same advice
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise DownloadError(f"Could not download {repo} ({reason}); to use {entry.name} without downloading it, put its "
+                            f"{' and '.join(names)} from https://huggingface.co/{repo} in {folder}.") from None
+    return os.path.dirname(paths[-1])
 
 
 def dense_from_raw(raw, **builder_args):

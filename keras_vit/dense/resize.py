@@ -11,8 +11,10 @@ def _static(size):
 
 def bilinear_matrix(n_in, n_out, align_corners):
     """The float32 `(n_out, n_in)` matrix of torch's bilinear resize along one axis."""
-    size_in, size_out = ops.cast(n_in, "float32"), ops.cast(n_out, "float32")
-    dst = ops.arange(n_out, dtype="float32")
+    dst, index = ops.arange(n_out, dtype="float32"), ops.arange(n_in, dtype="float32")
+    # the sizes as tensors counted from the ranges: a traced size cast to a tensor would be fixed
+    # to its traced value by torch.export
+    size_in, size_out = ops.sum(ops.ones_like(index)), ops.sum(ops.ones_like(dst))
     if align_corners:
         src = dst * ((size_in - 1.0) / ops.maximum(size_out - 1.0, 1.0))
     else:  # half-pixel centres, sources before the first sample read it
@@ -20,7 +22,7 @@ def bilinear_matrix(n_in, n_out, align_corners):
     low = ops.minimum(ops.floor(src), size_in - 1.0)
     frac = ops.expand_dims(src - low, -1)
     high = ops.minimum(low + 1.0, size_in - 1.0)
-    index = ops.expand_dims(ops.arange(n_in, dtype="float32"), 0)
+    index = ops.expand_dims(index, 0)
     at = lambda i: ops.cast(ops.equal(index, ops.expand_dims(i, -1)), "float32")  # noqa: E731
     return at(low) * (1.0 - frac) + at(high) * frac
 

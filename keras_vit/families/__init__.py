@@ -4,8 +4,9 @@
   options included) plus `input_size` (the default square input) and `preprocessing`;
 - `PREPROCESSING`: name -> `records.Preprocessing`, how its checkpoints expect their images;
 - `ENTRIES`: its named weights (`records.WeightsEntry`: URL, hash, licence, preprocessing, classes);
-- optionally `ALIASES` (alias -> entry names tried in turn, e.g. "imagenet") and `HUB_IDS`
-  (a Hugging Face repo id of the same weights -> "Model/entry").
+- optionally `ALIASES` (alias -> entry names tried in turn, e.g. "imagenet"), `HUB_IDS`
+  (a Hugging Face repo id of the same weights -> "Model/entry") and `DENSE` (those of its
+  `ENTRIES` that are dense-prediction models, read whole by `keras_vit.dense`).
 
 Every reader takes them from here: the builders (`keras_vit.applications`), `list_models()`,
 `keras-vit list-models` / `list-weights` / `train --model`, the weights registry and
@@ -48,6 +49,8 @@ def _entries():
 
 
 ENTRIES = _entries()
+# The dense-prediction checkpoints among them (a family's `DENSE`): folders `keras_vit.dense` reads whole.
+DENSE = [entry for module in FAMILY_MODULES for entry in getattr(module, "DENSE", ())]
 HUB_IDS = _merged("HUB_IDS")
 
 

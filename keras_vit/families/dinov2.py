@@ -2,7 +2,7 @@
 g/14 with a SwiGLU MLP. timm's `vit_*_patch14[_reg4]_dinov2.lvd142m` files (Apache-2.0); the
 builders take the `reg4` files' 4 registers from the file."""
 
-from keras_vit.families.records import IMAGENET_MEAN, IMAGENET_STD, Preprocessing, hub_entries
+from keras_vit.families.records import HUB, IMAGENET_MEAN, IMAGENET_STD, Preprocessing, WeightsEntry, hub_entries
 
 _DINOV2 = dict(patch_size=14, layer_scale_init=1e-5, approximate_gelu=False, input_size=518, include_top=False,
                preprocessing="dinov2")
@@ -22,8 +22,16 @@ PREPROCESSING = {
 _SIZES = {"small": "S", "base": "B", "large": "L", "giant": "G"}
 _FILES = "vit_{}_patch14_dinov2.lvd142m", "vit_{}_patch14_reg4_dinov2.lvd142m"
 
+# Depth Anything V2 (depth-anything/*-hf): transformers folders that `keras_vit.from_checkpoint` reads whole
+# (`keras_vit.dense`), listed under their backbone. Small Apache-2.0, Base and Large CC-BY-NC-4.0.
+DENSE = [
+    WeightsEntry(f"DINOv2{s}14", f"depth_anything_v2_{size.lower()}", 518, None, None, "safetensors",
+                 HUB.format(f"depth-anything/Depth-Anything-V2-{size}-hf"), license=license, preprocessing="dinov2")
+    for s, size, license in (("S", "Small", "apache-2.0"), ("B", "Base", "cc-by-nc-4.0"), ("L", "Large", "cc-by-nc-4.0"))
+]
+
 ENTRIES = [entry for size, s in _SIZES.items()
-           for entry in hub_entries(f"DINOv2{s}14", "dinov2", 518, None, *(n.format(size) for n in _FILES))]
+           for entry in hub_entries(f"DINOv2{s}14", "dinov2", 518, None, *(n.format(size) for n in _FILES))] + DENSE
 
 HUB_IDS = {
     **{f"facebook/dinov2-{size}": f"DINOv2{s}14/" + _FILES[0].format(size) for size, s in _SIZES.items()},

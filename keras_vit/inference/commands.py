@@ -6,7 +6,7 @@ import sys
 
 def _predict(args):
     from keras_vit.imagenet import check_top
-    from keras_vit.inference.predict import load_model, predict
+    from keras_vit.inference.predict import predict
 
     check_top(args.top)
     from keras_vit.files import regular_file
@@ -16,12 +16,57 @@ def _predict(args):
         raise FileNotFoundError(f"No image file {', '.join(missing)}.")
     for path in args.images:
         regular_file(path, "as an image")  # a FIFO would block
-    model, names, crop = load_model(args.model, args.weights)
+    model, names, crop = _model_of(args.model, args.weights)
+    from keras_vit.inspect.model_parts import dense_task
+
+    if dense_task(model) is not None:
+        return _predict_dense(model, args)
     for path, best in zip(args.images, predict(model, args.images, class_names=names, top=args.top, crop_fraction=crop,
                                               model_path=args.model)):
         print(path)
         for rank, (index, name, prob) in enumerate(best, 1):
             print(f"  {rank}. {name:<30} {prob:.4f}  (class {index})")
+
+
+def _model_of(source, weights):
+    """`load_model`'s `(model, class names, crop)`; a folder is a run folder (its best, else final
+    `.keras`) or a checkpoint folder, and a named dense checkpoint (`registry.DENSE`) is fetched as
+    one (`keras_vit.from_checkpoint`: a dense model whole)."""
+    from keras_vit.inference.predict import load_model
+    from keras_vit.run_folder import BEST, FINAL
+
+    from keras_vit.dense.reading import dense_entry
+
+    if not os.path.isdir(source) and dense_entry(source) is None:
+        return load_model(source, weights)
+    saved = [os.path.join(source, name) for name in (BEST, FINAL) if os.path.isfile(os.path.join(source, name))]
+    if saved:
+        return load_model(saved[0], weights)
+    import keras_vit
+
+    return keras_vit.from_checkpoint(source), None, 1.0
+
+
+def _predict_dense(model, args):
+    """A dense model's maps: PNGs in --out-dir, or the raw maps (--output, --json); nothing written on bad input."""
+    import json
+
+    from keras_vit.dense.predict import depth_png, png_names, predict_maps, save_raw, write_png
+
+    if args.output is not None and not args.output.endswith((".npy", ".npz")):
+        raise ValueError(f"--output {args.output}: expected a name ending in .npy or .npz.")
+    pngs = png_names(args.images, args.out_dir) if args.output is None and not args.json else []
+    task, maps = predict_maps(model, args.images)
+    if args.json:
+        for path, value in zip(args.images, maps):
+            print(json.dumps({"image": path, "task": task, "size": list(value.shape),
+                              "depth" if task == "depth" else "classes": value.tolist()}))
+    if args.output is not None:
+        save_raw(args.output, args.images, maps)
+        print(f"Wrote the raw {'depth' if task == 'depth' else 'class'} maps of {len(maps)} image(s) to {args.output}.")
+    for path, png, value in zip(args.images, pngs, maps):
+        write_png(png, depth_png(value, args.bits) if task == "depth" else value, task)
+        print(f"{path} -> {png}")
 
 
 # The layouts a LoRA adapter is written in (`keras_vit.lora.adapter.LAYOUTS`), as the output says them.
@@ -92,13 +137,23 @@ def _export(args):
 
 
 def register(subparsers):
-    predict = subparsers.add_parser("predict", help="top-5 classes of image files")
+    predict = subparsers.add_parser("predict", help="top-5 classes of image files; a dense model's class or depth maps")
     predict.add_argument("images", nargs="+", metavar="IMAGE")
     predict.add_argument(
-        "--model", default="ViTB16", metavar="VARIANT|MODEL.keras", help="a .keras model or a variant name (default ViTB16)"
+        "--model", default="ViTB16", metavar="VARIANT|MODEL.keras|FOLDER", help="a .keras model, a run folder, a checkpoint folder or a variant name (default ViTB16)"
     )
     predict.add_argument("--weights", default="imagenet", metavar="NAME|PATH", help="weights of a variant (default imagenet)")
     predict.add_argument("--top", type=int, default=5, metavar="INT", help="classes shown per image (default 5)")
+    dense = predict.add_argument_group("dense models (segmentation, depth: a .keras DenseModel, a run folder, or a "
+                                       "checkpoint folder keras_vit.from_checkpoint reads)")
+    dense.add_argument("--out-dir", default="predictions", metavar="DIR",
+                       help="where each image's map goes as DIR/NAME.png: classes colour-coded (palette index = class "
+                       "id), depth normalised to the PNG's grey levels (default predictions)")
+    dense.add_argument("--bits", type=int, choices=(8, 16), default=16, help="bits of a depth PNG (default 16)")
+    dense.add_argument("--json", action="store_true", help="print each image's raw map (class ids or depth) as a "
+                       "JSON line instead of writing PNGs")
+    dense.add_argument("--output", metavar="FILE.npy|FILE.npz", help="save the raw maps instead of PNGs: .npz one "
+                       "array per image (by its path), .npy the images (of one size) stacked")
     predict.set_defaults(func=_predict)
 
     export = subparsers.add_parser("export", help="export a .keras model for serving (SavedModel, ONNX, LiteRT, "

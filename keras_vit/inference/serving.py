@@ -53,7 +53,7 @@ import numpy as np
 import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
 from keras_vit.files import atomic_path, check_target, write_json
 from keras_vit.inference.serving_card import card, card_path, is_card, tokenizer_path
-from keras_vit.inspect.model_parts import is_naflex
+from keras_vit.inspect.model_parts import dense_task, input_step, is_naflex, position_layer, vit_part
 from keras_vit.run_folder import load_keras_file, metadata
 from keras_vit.text.model import is_text_model, sample_ids
 
@@ -99,12 +99,6 @@ class ExportMismatch(ValueError):
     """The exported model's outputs differ from the Keras model's."""
 
 
-def _size_step(model):
-    """What an input side must be a multiple of: the patch size (times a hybrid stem's stride)."""
-    stem = next((layer for layer in model.layers if layer.name == "stem"), None)
-    return model.get_layer("embedding").patch_size * (stem.stride if stem is not None else 1)
-
-
 def naflex_budgets(model):
     """The patch budgets a NaFlex export is traced and checked at: its position grid's size and a
     larger one."""
@@ -142,8 +136,8 @@ def input_shapes(model):
     height, width, channels = model.inputs[0].shape[1:]
     if height is not None and width is not None:
         return [(height, width, channels)]
-    step = _size_step(model)
-    rows, cols = model.get_layer("posembed_input").grid_size
+    step = input_step(model)
+    rows, cols = position_layer(vit_part(model)).grid_size
     return [
         (height or rows * step, width or cols * step, channels),
         (height or (rows + 1) * step, width or (cols + 2) * step, channels),
@@ -169,7 +163,7 @@ def _torch_dims(model):
         patches = {1: torch.export.Dim("patches", min=1, max=65536)}
         return {"patches": {**axes, **patches}, "spatial_shapes": axes, "mask": {**axes, **patches}}
     height, width = model.inputs[0].shape[1:3]
-    step = _size_step(model)
+    step = input_step(model)
     axes.update({1: step * torch.export.Dim("rows", min=1, max=1024)} if height is None else {})
     axes.update({2: step * torch.export.Dim("cols", min=1, max=1024)} if width is None else {})
     return axes
@@ -185,9 +179,16 @@ def _jax_shapes(model):
     if is_text_model(model):
         return [f"(batch, {model.inputs[0].shape[1]})"]
     height, width, channels = model.inputs[0].shape[1:]
-    step = _size_step(model)
+    step = input_step(model)
     rows, cols = (f"{step}*{name}" if dim is None else str(dim) for dim, name in ((height, "rows"), (width, "cols")))
     return [f"(batch, {rows}, {cols}, {channels})"]
+
+
+def _jax_cannot_trace(model):
+    """Whether jax2tf cannot trace `model` at a dynamic size: a DPT head's strided reassembly convolution, whose
+    padding jax2tf cannot take as a symbolic expression (the TensorFlow backend's process writes it instead)."""
+    height, width = model.inputs[0].shape[1:3] if not is_naflex(model) else (0, 0)
+    return None in (height, width) and "dpt_head" in [layer.name for layer in model.layers]
 
 
 def _run_in_backend(backend, fmt, model_path, output):
@@ -233,7 +234,7 @@ def _torch_onnx(model, output):
         module,
         example,
         input_names=list(names),
-        output_names=["predictions"],
+        output_names=output_names(model) or ["predictions"],
         dynamo=True,
         dynamic_shapes=dynamic,
         verbose=False,
@@ -283,7 +284,7 @@ def _write(model, fmt, output):
             _torch_onnx(model, output)
             return True
         return False
-    if backend not in SPECS[fmt].writers:
+    if backend not in SPECS[fmt].writers or backend == "jax" and _jax_cannot_trace(model):
         return False
     if fmt == "saved_model":
         options = {"jax2tf_kwargs": {"polymorphic_shapes": _jax_shapes(model)}} if backend == "jax" else {}
@@ -462,6 +463,9 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     check_output(fmt, output, model_path, overwrite, tokenizer=tokenizer is not None)
     if model_path is not None:
         model = load_keras_file(model_path)
+    if fmt == "litert" and dense_task(model) == "eomt":  # ai-edge-litert 2.3.0: reshaping its masks fails at run time
+        raise ValueError(f"{model.name}: LiteRT's interpreter cannot run EoMT's masked attention; export an EoMT model "
+                         f"as {', '.join(f for f in FORMATS if f != 'litert')}.")
     crop, names = _recorded(model, model_path)
     record = {**card(model, fmt, output, crop_fraction=crop, class_names=names, naflex=is_naflex(model),
                     text=is_text_model(model)),
@@ -495,14 +499,45 @@ def _by_name(inputs, name):
     return inputs[next(key for key in NAFLEX_INPUTS if key in name)]
 
 
-def run_exported(fmt, path, images):
-    """Outputs of an exported model on `images` (NumPy), or on a NaFlex model's dict of inputs."""
+def output_names(model):
+    """The names of a model's outputs when it has several (EoMT's dict: `class_queries_logits`,
+    `masks_queries_logits`), in the order the exports give them; None for one output."""
+    return sorted(model.output) if isinstance(model.output, dict) else None
+
+
+def by_name(outputs, like):
+    """An export's `outputs` (one array, or several: a list, or a dict by the runtime's names) as
+    the Keras model's outputs `like` are: one array, or a dict by output name. Several are paired
+    by name where the runtime's name holds one, else by shape (EoMT's differ in rank), else in order."""
+    if not isinstance(like, dict):
+        return np.asarray(next(iter(outputs.values())) if isinstance(outputs, dict) else
+                          outputs[0] if isinstance(outputs, (list, tuple)) else outputs)
+    items = list(outputs.items()) if isinstance(outputs, dict) else [(str(i), v) for i, v in enumerate(outputs)]
+    items, paired = [(k, np.asarray(v)) for k, v in items], {}
+    for position, (name, value) in enumerate(sorted(like.items())):
+        named = [v for k, v in items if name in k]
+        shaped = [v for _, v in items if v.shape == np.shape(value)]
+        paired[name] = (named or (shaped if len(shaped) == 1 else [items[position][1]]))[0]
+    return paired
+
+
+def run_exported(fmt, path, images, like=None):
+    """Outputs of an exported model on `images` (NumPy), or on a NaFlex model's dict of inputs:
+    the first output, or with `like` (the Keras model's outputs) all of them as `like` holds them
+    (`by_name`)."""
+    return by_name(_run_exported(fmt, path, images), like)
+
+
+def _run_exported(fmt, path, images):
+    """Every output of the export, as its runtime gives them."""
     named = isinstance(images, dict)
     if fmt == "saved_model":
         import tensorflow as tf
 
         loaded = tf.saved_model.load(path)  # kept referenced while `serve` runs
-        return np.asarray(loaded.serve(images))
+        outputs = loaded.serve(images)
+        return {k: np.asarray(v) for k, v in outputs.items()} if isinstance(outputs, dict) else (
+            [np.asarray(v) for v in outputs] if isinstance(outputs, (list, tuple)) else np.asarray(outputs))
     if fmt == "litert":
         from ai_edge_litert.interpreter import Interpreter
 
@@ -515,31 +550,35 @@ def run_exported(fmt, path, images):
         for detail, value in zip(details, values):
             interpreter.set_tensor(detail["index"], value)
         interpreter.invoke()
-        return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+        return {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
     if fmt == "openvino":  # CPUs with bfloat16 units otherwise compute in bfloat16
         import openvino
 
         compiled = openvino.Core().compile_model(os.path.join(path, "model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-        return np.asarray(compiled(dict(images) if named else images)[0])
+        results = compiled(dict(images) if named else images)
+        return [np.asarray(results[output]) for output in compiled.outputs]
     if fmt == "torch":
         import torch
 
         tensors = {k: torch.from_numpy(v) for k, v in images.items()} if named else torch.from_numpy(images)
         with torch.no_grad():
-            return torch.export.load(path).module()(tensors).numpy()
+            outputs = torch.export.load(path).module()(tensors)
+        return {k: v.numpy() for k, v in outputs.items()} if isinstance(outputs, dict) else outputs.numpy()
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    return session.run(None, {i.name: _by_name(images, i.name) if named else images for i in session.get_inputs()})[0]
+    outputs = session.run(None, {i.name: _by_name(images, i.name) if named else images for i in session.get_inputs()})
+    return dict(zip((o.name for o in session.get_outputs()), outputs))
 
 
 def keras_outputs(model, images):
     """The Keras model's outputs on `images` (NumPy). Under JAX one compiled call per input shape
     (`predict_on_batch`): an eager call compiles each operation again at every new shape, 2-5
     times slower for the few calls of a check."""
-    if keras.backend.backend() == "jax":
-        return np.asarray(model.predict_on_batch(images))
-    return keras.ops.convert_to_numpy(model(images, training=False))
+    outputs = model.predict_on_batch(images) if keras.backend.backend() == "jax" else model(images, training=False)
+    if isinstance(outputs, dict):
+        return {k: np.asarray(keras.ops.convert_to_numpy(v)) for k, v in outputs.items()}
+    return np.asarray(keras.ops.convert_to_numpy(outputs))
 
 
 def verify(model, fmt, path, *, atol=1e-4):
@@ -547,10 +586,12 @@ def verify(model, fmt, path, *, atol=1e-4):
     error = 0.0
     for images in sample_inputs(model):
         expected = keras_outputs(model, images)
-        got = run_exported(fmt, path, images)
-        if got.shape != expected.shape:
-            raise ExportMismatch(f"The {fmt} export outputs shape {got.shape}, the model {expected.shape}.")
-        error = max(error, float(np.max(np.abs(got - expected))))
+        got = run_exported(fmt, path, images, like=expected)
+        pairs = [(got[k], expected[k]) for k in sorted(expected)] if isinstance(expected, dict) else [(got, expected)]
+        for ours, theirs in pairs:
+            if ours.shape != theirs.shape:
+                raise ExportMismatch(f"The {fmt} export outputs shape {ours.shape}, the model {theirs.shape}.")
+            error = max(error, float(np.max(np.abs(ours - theirs))))
     if not error <= atol:
         raise ExportMismatch(f"The {fmt} export differs from the model by {error:.3g} (> {atol}).")
     return error

@@ -11,6 +11,7 @@ import os
 
 from keras_vit.files import parse_json
 from keras_vit.heads import ends_with_softmax
+from keras_vit.inspect.model_parts import dense_task, input_step
 from keras_vit.preprocessing import preprocessing
 
 SUFFIX = ".serving.json"
@@ -25,6 +26,18 @@ CALLS = {
               "set_tensor, invoke(), get_tensor(output index)",
     "openvino": 'openvino.Core().compile_model(PATH + "/model.xml", "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(x)[0]',
     "torch": "torch.export.load(PATH).module()(torch.from_numpy(x))",
+}
+# What a dense model's outputs hold (`keras_vit.dense`), by `dense_task`.
+DENSE_OUTPUTS = {
+    "semantic": "per-pixel class logits (batch, height, width, classes) at the input's size: the class map is their "
+                "argmax over the last axis",
+    "depth": "a depth map (batch, height, width) at the input's size (relative depth, or metric in the units of "
+             "max_depth)",
+    "eomt": "EoMT's per-query outputs by name: class_queries_logits (batch, queries, classes + 1; the last 'no "
+            "object') and masks_queries_logits (batch, queries, 4 x the patch grid); the class map is "
+            "keras_vit.dense.post_process_semantic_segmentation: softmax(class logits) without 'no object' times "
+            "sigmoid(mask logits) resized (bilinear) to the input size, summed over the queries, resized to the "
+            "image's size, argmax",
 }
 NAFLEX_CALL = ("the three inputs by name, {'patches', 'spatial_shapes', 'mask'} (keras_vit.naflex_inputs makes them): "
                "one dict for the SavedModel's serve and the PyTorch program, three named inputs for ONNX, LiteRT and "
@@ -94,10 +107,33 @@ def card(model, fmt, output, *, crop_fraction=1.0, class_names=None, naflex=Fals
                   {"name": model.inputs[0].name, "shape": [None, *shape], "dtype": "float32",
                    "layout": "NHWC: (batch, height, width, RGB)", "dynamic": [
                        axis for axis, n in zip(("batch", "height", "width"), [None, *shape]) if n is None]}),
-        "output": {"shape": [None, *model.output_shape[1:]],
-                   "holds": "probabilities (softmax)" if ends_with_softmax(model) else "logits"},
+        "output": _output(model),
         "preprocessing": None if naflex else _steps(model, size, crop_fraction),
     }
+    if dense_task(model) is not None:
+        record["preprocessing"]["steps"][1:3] = [_dense_resize(model, shape), "no crop: the whole image"]
+        if None in shape[:2]:
+            record["input"]["multiple_of"] = input_step(model)
     if class_names:
         record["class_names"] = list(class_names)
     return record
+
+
+def _dense_resize(model, shape):
+    spec = preprocessing(model)
+    if None not in shape[:2]:
+        return f"resize the whole image to {shape[0]} x {shape[1]} px ({spec.interpolation}); resize the output back"
+    return (f"resize the whole image ({spec.interpolation}) so that both sides are multiples of "
+            f"{input_step(model)} (e.g. the nearest); resize the output back to the image's size")
+
+
+def _output(model):
+    """What the output holds: a classifier's probabilities or logits, a dense model's maps."""
+    task = dense_task(model)
+    if task == "eomt":
+        return {"names": sorted(model.output), "shapes": {k: [None, *v.shape[1:]] for k, v in sorted(model.output.items())},
+                "holds": DENSE_OUTPUTS[task]}
+    shape = [None, *model.output_shape[1:]]
+    if task is not None:
+        return {"shape": shape, "holds": DENSE_OUTPUTS[task]}
+    return {"shape": shape, "holds": "probabilities (softmax)" if ends_with_softmax(model) else "logits"}

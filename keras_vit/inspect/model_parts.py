@@ -15,6 +15,33 @@ def _layer(model, name):
         ) from None
 
 
+def vit_part(model):
+    """The Vision Transformer whose layers `model` holds: `model` itself, or a dense model's
+    (`keras_vit.DenseModel`) sub-model "backbone"."""
+    names = [layer.name for layer in model.layers]
+    return model.get_layer("backbone") if "embedding" not in names and "backbone" in names else model
+
+
+DENSE_HEADS = ("linear_head", "dpt_head")  # `keras_vit.DenseModel`'s head layers; EoMT's is "eomt_head"
+
+
+def dense_task(model):
+    """What a dense model predicts: "semantic" (per-pixel logits), "depth", "eomt" (EoMT's class
+    and mask logits per query); None for any other model."""
+    names = [layer.name for layer in model.layers]
+    if "eomt_head" in names:
+        return "eomt"
+    head = next((name for name in DENSE_HEADS if name in names), None)
+    return model.get_layer(head).task if head else None
+
+
+def input_step(model):
+    """What an input side must be a multiple of: the patch size (times a hybrid stem's stride)."""
+    vit = vit_part(model)
+    stem = next((layer for layer in vit.layers if layer.name == "stem"), None)
+    return embedding_layer(vit).patch_size * (stem.stride if stem is not None else 1)
+
+
 def embedding_layer(model):
     return _layer(model, "embedding")
 

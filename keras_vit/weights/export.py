@@ -19,6 +19,9 @@ from keras_vit.weights.reading import read_checkpoint, weights_checkpoint
 BLOCK_KEY = re.compile(re.escape(BLOCK).replace(r"\{i\}", r"(\d+)") + "(.+)")
 
 FORMATS = formats.export_names()
+# Writers of whole models other than one Vision Transformer, by the name of the layer that marks them:
+# layer name -> (format option, write(path, model)). `keras_vit.dense.writing` adds the Depth Anything one.
+MODEL_WRITERS = {}
 
 
 def model_checkpoint(model):
@@ -70,9 +73,21 @@ def export(model, path, format="npz", overwrite=False):
       `ViTForImageClassification.from_pretrained` (or `ViTModel`, without a head) loads; its
       `hidden_act` is the model's GELU ("gelu_pytorch_tanh" for the tanh approximation);
     - any other name of `keras_vit.weights.formats.export_names()`.
+
+    A Depth Anything `DenseModel` (DPT head, DINOv2 backbone) is written as "hf": a transformers
+    `DepthAnythingForDepthEstimation` folder (`keras_vit.dense.writing`).
     """
     fmt = formats.by_option(format)
     check_output(path, fmt, overwrite)
+    names = [layer.name for layer in model.layers]
+    marked = next((name for name in MODEL_WRITERS if name in names), None)
+    if marked is not None:  # not one Vision Transformer: its package's writer
+        option, write = MODEL_WRITERS[marked]
+        if fmt.option != option:
+            raise ValueError(f"{model.name}: a model with a {marked} layer is written as format={option!r} only; "
+                             "model.save('x.keras') keeps any.")
+        with one_line_errors(path):
+            return write(os.fspath(path), model)
     _write(fmt, os.fspath(path), model_checkpoint(model))
 
 

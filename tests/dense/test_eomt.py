@@ -97,11 +97,11 @@ def test_semantic_maps_match_the_image_processor(case):
 @pytest.mark.parametrize("size, target", [((7, 9), (20, 13)), ((20, 13), (7, 9)), ((16, 16), (50, 37)), ((33, 8), (32, 64))])
 def test_post_processing_resizes_as_torch(size, target):
     """Within torch's own float32 rounding (its float64 resize differs from its float32 one by up to 3e-6 here)."""
-    from keras_vit.dense.eomt_postprocess import _resized
+    from keras_vit.dense.eomt_postprocess import resize_maps
 
     maps = np.random.default_rng(0).standard_normal((2, 3, *size)).astype(np.float32)
     expected = torch.nn.functional.interpolate(torch.from_numpy(maps), size=target, mode="bilinear", align_corners=False)
-    np.testing.assert_allclose(_resized(maps, target), expected.numpy(), rtol=0, atol=5e-6)
+    np.testing.assert_allclose(resize_maps(maps, target), expected.numpy(), rtol=0, atol=5e-6)
 
 
 def test_keras_file_round_trip(case, tmp_path):

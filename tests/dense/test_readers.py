@@ -100,3 +100,25 @@ def test_layouts_keras_vit_does_not_read_are_refused_in_one_line(folders, tmp_pa
     with pytest.raises(ValueError, match=message) as error:
         keras_vit.from_checkpoint(folder)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["depth_anything", "depth_anything_metric"])
+def test_depth_anything_is_written_back_key_for_key(folders, name, tmp_path):
+    """`keras_vit.weights.export(model, folder, format="hf")`: the tensors read (the mask token, which
+    inference never reads, left out), and a folder transformers loads with the same depth."""
+    from safetensors.numpy import load_file
+
+    folder, reference = folders[name]
+    model = keras_vit.from_checkpoint(folder)
+    keras_vit.weights.export(model, tmp_path / "out", format="hf")
+    original, written = (load_file(f / "model.safetensors") for f in (folder, tmp_path / "out"))
+    assert set(written) == set(original) - {"backbone.embeddings.mask_token"}
+    for key, value in written.items():
+        np.testing.assert_array_equal(value, original[key], err_msg=key)
+    loaded = transformers.DepthAnythingForDepthEstimation.from_pretrained(tmp_path / "out").eval()
+    for size in SIZES:
+        want = predicted_depth(reference, images(size))
+        np.testing.assert_allclose(predicted_depth(loaded, images(size)), want, rtol=0, atol=1e-4 * np.abs(want).max())
+    again = keras_vit.from_checkpoint(tmp_path / "out")
+    np.testing.assert_allclose(again.predict(images(SIZES[1]), verbose=0), model.predict(images(SIZES[1]), verbose=0),
+                               rtol=0, atol=1e-6)

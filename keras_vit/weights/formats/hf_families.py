@@ -354,6 +354,12 @@ def _whole_if_integral(ratio):
 
 
 def _write_dinov2(folder, ckpt):
+    write_folder(folder, *dinov2_parts(ckpt), hf_preprocessor_config(ckpt))
+
+
+def dinov2_parts(ckpt):
+    """`(tensors, config)` of `ckpt` as a transformers `Dinov2Model` (or with registers): also the
+    backbone of a Depth Anything / DPT folder (`keras_vit.dense.writing`)."""
     _check(ckpt, "DINOv2")
     swiglu = ckpt.mlp == "swiglu"
     theirs = DINOV2.from_canonical(ckpt.tensors, ckpt.num_heads, f"export of {ckpt.path} to hf")
@@ -374,7 +380,7 @@ def _write_dinov2(folder, ckpt):
     }
     if registers:
         config["num_register_tokens"] = registers
-    write_folder(folder, theirs, config, hf_preprocessor_config(ckpt))
+    return theirs, config
 
 
 def _write_siglip(folder, ckpt):
