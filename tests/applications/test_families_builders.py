@@ -113,7 +113,9 @@ def test_every_named_model_and_entry_comes_from_one_family_file():
     from keras_vit import families
 
     assert all(families.family_of(name) is not None for name in keras_vit.list_models())
-    assert {entry.variant for entry in families.ENTRIES} <= set(keras_vit.list_models())
+    dense = {entry.variant for entry in families.DENSE} - set(keras_vit.list_models())  # EoMT: DINOv2-L at 16 px patches
+    assert dense == {"EoMTL16"}
+    assert {entry.variant for entry in families.ENTRIES} - dense <= set(keras_vit.list_models())
     assert families.family_of("DINOv2S14") is families.dinov2 and families.family_of("R50ViTB16") is families.vit
     assert "vit_small_patch14_reg4_dinov2.lvd142m" in keras_vit.DINOv2S14.__doc__
     assert "augreg_in21k_ft_in1k_224" in keras_vit.ViTB16.__doc__
