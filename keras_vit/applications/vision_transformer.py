@@ -7,8 +7,8 @@ import textwrap
 
 import keras
 
-from keras_vit.architecture import build_model, image_shape
-from keras_vit.model_config import INPUTS, SIGNATURE, ViTConfig, arguments_doc
+from keras_vit.model.architecture import build_model, image_shape
+from keras_vit.config.vit_config import INPUTS, SIGNATURE, ViTConfig, arguments_doc
 from keras_vit.variants import LAYER_NORM_EPSILON, VARIANTS
 from keras_vit.weights import build_with_weights
 

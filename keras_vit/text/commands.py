@@ -6,7 +6,7 @@ import os
 
 
 def _check_images(paths):
-    from keras_vit.files import regular_file
+    from keras_vit.utils.files import regular_file
 
     missing = [path for path in paths if not os.path.lexists(path)]
     if missing:
@@ -56,7 +56,7 @@ def _embed(args):
     _check_weights(args.weights)
     import numpy as np
 
-    from keras_vit.files import atomic_path
+    from keras_vit.utils.files import atomic_path
     from keras_vit.text.image_text import ImageTextModel
 
     model = ImageTextModel.from_checkpoint(args.weights)

@@ -25,7 +25,7 @@ import keras
 
 from keras_vit import run_folder
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.files import regular_file, write_json, write_text
+from keras_vit.utils.files import regular_file, write_json, write_text
 from keras_vit.data import naflex as naflex_pipeline, pipeline
 from keras_vit.data.sources import load_source
 from keras_vit.lora import adapter as lora

@@ -5,8 +5,8 @@ import logging
 
 import numpy as np
 
-from keras_vit.architecture import build_model, image_shape
-from keras_vit.interpolation import DEFAULT
+from keras_vit.model.architecture import build_model, image_shape
+from keras_vit.config.interpolation import DEFAULT
 from keras_vit.layers.position_embedding import resize_position_embedding
 from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import stems, variables

@@ -7,10 +7,10 @@ import math
 import numbers
 from typing import Optional
 
-from keras_vit import limits
-from keras_vit.interpolation import INTERPOLATIONS
-from keras_vit.model_config import ROPE_FORMS, ROPE_INDEXINGS, SINCOS_FORMS
-from keras_vit.patch_grid import grid_size_of
+from keras_vit.utils import limits
+from keras_vit.config.interpolation import INTERPOLATIONS
+from keras_vit.config.vit_config import ROPE_FORMS, ROPE_INDEXINGS, SINCOS_FORMS
+from keras_vit.utils.patch_grid import grid_size_of
 from keras_vit.variants import VARIANTS
 from keras_vit.weights import stems
 from keras_vit.weights.table import Template
@@ -66,7 +66,7 @@ class Metadata:
     what its head reads, "token" (the class token) or "avg" (the mean of the patch tokens);
     `preprocessing`: the scaling its inputs get (a name of `keras_vit.preprocessing`);
     `interpolation`: how its library resizes the position embeddings (a name of
-    `keras_vit.interpolation.INTERPOLATIONS`), where the file says (else its format's).
+    `keras_vit.config.interpolation.INTERPOLATIONS`), where the file says (else its format's).
     `rope_theta`: the period of its rotary position embeddings (rope models only); `key_bias`:
     False where its attention keys have no bias (DINOv3); `naflex`: True for a NaFlex model
     (patches, spatial shapes and mask in; SigLIP 2); `rope_form`: the rotary form
@@ -365,7 +365,7 @@ class Checkpoint:
         so a file declaring impossible or inflated sizes is refused before it is read. Every
         format's reader hands its tensors to the builder and the writers through here: each
         tensor real floating point and not empty, each shape the one the architecture of the
-        patch embedding, heads and MLP gives it, the model within `keras_vit.limits`."""
+        patch embedding, heads and MLP gives it, the model within `keras_vit.utils.limits`."""
         for key, tensor in self.tensors.items():
             if tensor.dtype.kind != "f" or not all(tensor.shape):
                 raise ValueError(

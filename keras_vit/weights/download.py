@@ -20,7 +20,7 @@ import hashlib
 import logging
 import os
 
-from keras_vit.files import remove, remove_stale, temporary_name, write_json
+from keras_vit.utils.files import remove, remove_stale, temporary_name, write_json
 from keras_vit.weights import containers
 from keras_vit.weights.registry import HUB_URL, cache_path
 

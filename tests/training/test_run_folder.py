@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import files, run_folder
+from keras_vit import run_folder
+from keras_vit.utils import files
 from keras_vit.cli import main
 from keras_vit.preprocessing import preprocessing
 from keras_vit.training import pretrain, train

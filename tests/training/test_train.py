@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import files
+from keras_vit.utils import files
 from keras_vit.training import TrainingDiverged, optim, recipe, train
 
 # A tiny ViT on the 8x8 digits themselves: 16 tokens of 2x2 pixels, width 48, depth 2, no

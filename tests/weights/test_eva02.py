@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.model_config import ViTConfig
+from keras_vit.config.vit_config import ViTConfig
 from keras_vit.weights.containers import read_safetensors, write_safetensors
 
 torch = pytest.importorskip("torch")

@@ -1,5 +1,5 @@
-"""The input-range guard: a model warns, once, when the images it is given are clearly not
-preprocessed as its weights expect.
+"""`VisionTransformerModel`, the class of every keras_vit model, and its input-range guard: a
+model warns, once, when the images it is given are clearly not preprocessed as its weights expect.
 
 Every keras_vit model expects `keras_vit.preprocess_input(pixels, model)`: RGB pixels scaled
 from 0-255 as its weights were trained (`model.preprocessing`: [-1, 1] for the paper's, ImageNet
