@@ -109,10 +109,11 @@ def _hub_file(entry):
 
 
 def _download_error(entry, target, error):
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
     return DownloadError(
-        f"Could not download {entry.url} ({error}). To use this checkpoint without "
+        f"Could not download {entry.url} ({reason}). To use this checkpoint without "
         f"downloading it here, fetch that file by other means and put it at {target}; "
-        "it is picked up from there."
+        "it is picked up from there. weights=None builds the model without it (random weights)."
     )
 
 

@@ -23,13 +23,13 @@ PARAMS = {
 @pytest.mark.parametrize("name", PARAMS)
 def test_parameter_count(name):
     with shapes_only():
-        model = getattr(keras_vit, name)()
+        model = getattr(keras_vit, name)(weights=None)
         assert model.count_params() == PARAMS[name]
         assert model.output_shape == (None, 1000)
 
 
 def test_b16_predicts_probabilities(rng):
-    model = keras_vit.ViTB16()
+    model = keras_vit.ViTB16(weights=None)
     images = keras_vit.preprocess_input(rng.integers(0, 256, (2, 224, 224, 3)))
     probs = model.predict(images, verbose=0)
     assert probs.shape == (2, 1000)
@@ -118,7 +118,7 @@ def test_bad_arguments_raise_clear_errors(kwargs, words):
 
 def test_wrong_image_size_for_a_builder_names_the_patch_size():
     with pytest.raises(ValueError, match=r"input_shape=\(225, 225, 3\).*multiples of the patch size 16"):
-        keras_vit.ViTB16(input_shape=(225, 225, 3))
+        keras_vit.ViTB16(weights=None, input_shape=(225, 225, 3))
 
 
 def test_rgb_required_for_pretrained_weights():

@@ -18,7 +18,7 @@ from tests.support import BACKEND
 from tests.support.models import randomize
 
 MODELS = keras_vit.list_models()
-TINY = dict(hidden_dim=16, depth=1, num_heads=2, mlp_dim=32)
+TINY = dict(hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, weights=None)
 # Builders that between them hold every kind of token, block and head: class + distillation
 # tokens with two heads, registers + LayerScale + SwiGLU, no class token + MAP head.
 EXPORTED = ("DeiTTi16", "DINOv2G14", "SigLIPB16")

@@ -105,7 +105,7 @@ def test_named_weights_give_the_model_their_preprocessing(deit_named, tmp_path):
     assert deit_named.preprocessing == "deit"
     assert keras_vit.VisionTransformer(**TINY, weights="tiny_deit", preprocessing="siglip").preprocessing == "siglip"
     assert keras_vit.VisionTransformer(**TINY).preprocessing == "vit"
-    assert keras_vit.DeiTTi16(depth=1, input_shape=(32, 32, 3)).preprocessing == "deit"
+    assert keras_vit.DeiTTi16(weights=None, depth=1, input_shape=(32, 32, 3)).preprocessing == "deit"
     path = str(tmp_path / "deit.keras")
     deit_named.save(path)
     assert keras.saving.load_model(path).preprocessing == "deit"
