@@ -169,6 +169,7 @@ def test_after_a_nan_a_sane_rerun_resumes_from_the_last_finite_state(tmp_path):
     assert result.history["loss"][-1] < result.history["loss"][0]  # and it learns
 
 
+@pytest.mark.backend_independent  # file modes and leftovers of the run folder (plain Python)
 def test_run_folder_files_have_normal_permissions_and_no_leftovers(tmp_path):
     config = _config(tmp_path, epochs=1, depth=1, val_fraction=0.2, checkpoint_every=2)
     checkpoint = os.path.join(config.run_dir, "checkpoint")
