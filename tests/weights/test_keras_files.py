@@ -42,9 +42,9 @@ def test_class_token_free_keras_file_loads_with_from_checkpoint(case, tmp_path):
 
 
 def test_a_keras_file_of_the_previous_layout_loads(tmp_path):
-    """The previous release wrote the models' class as `keras_vit.guard.VisionTransformerModel`
-    (the package's layout before issue 45); such a file loads: Keras finds the class by its
-    registered name, which did not change."""
+    """The previous release recorded the models' class as `VisionTransformerModel` of the module
+    `guard` at keras_vit's top (the layout before issue 45); such a file loads: Keras finds the
+    class by its registered name, which did not change."""
     import json
     import zipfile
 
@@ -57,7 +57,7 @@ def test_a_keras_file_of_the_previous_layout_loads(tmp_path):
             if item.filename == "config.json":
                 config = json.loads(data)
                 assert config["registered_name"] == "keras_vit>VisionTransformerModel"
-                config["module"] = "keras_vit.guard"
+                config["module"] = "keras_vit.guard"  # the previous layout (regroup45: keep)
                 data = json.dumps(config).encode()
             target.writestr(item, data)
     loaded = keras.saving.load_model(old)
