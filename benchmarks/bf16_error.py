@@ -35,7 +35,8 @@ def relative_error(got, want):
 def build(name, size, policy, weights=None):
     keras.config.set_dtype_policy(policy)
     keras.utils.set_random_seed(0)
-    model = getattr(keras_vit, name)(input_shape=(size, size, 3), classifier_activation=None, approximate_gelu=False)
+    model = getattr(keras_vit, name)(weights=None, input_shape=(size, size, 3), classifier_activation=None,
+                                     approximate_gelu=False)
     if weights is None:
         weights_like_a_trained_vit(model)
     else:

@@ -1,5 +1,5 @@
 """Padding share of NaFlex batches on a mixed-aspect data set, one image per sequence against
-packed (`keras_vit.packing.first_fit`).
+packed (`keras_vit.data.packing.first_fit`).
 
     python benchmarks/naflex_packing.py                       # 10,000 images, budget 256, patch 16
     python benchmarks/naflex_packing.py --images 2000 --seq-len 576
@@ -7,7 +7,7 @@ packed (`keras_vit.packing.first_fit`).
 The data set: images of random sizes, each side log-uniform in [--min-side, --max-side]
 pixels (aspect ratios from about 1:10 to 10:1), drawn with --seed. Two ways to size them:
 "budget" resizes every image, its aspect ratio kept, to fill the budget
-(`keras_vit.naflex.budget_size`, SigLIP 2 / timm NaFlex); "native" keeps an image's own size
+(`keras_vit.data.naflex_inputs.budget_size`, SigLIP 2 / timm NaFlex); "native" keeps an image's own size
 (its sides rounded up to whole patches) unless it exceeds the budget, then as "budget"
 (NaViT-style). Padding share: padded tokens / all tokens of the sequences.
 
@@ -28,8 +28,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from keras_vit.naflex import budget_size  # noqa: E402
-from keras_vit.packing import first_fit  # noqa: E402
+from keras_vit.data.naflex_inputs import budget_size  # noqa: E402
+from keras_vit.data.packing import first_fit  # noqa: E402
 
 
 def patch_counts(sizes, patch, seq_len, mode):

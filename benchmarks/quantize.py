@@ -33,7 +33,7 @@ from workload import weights_like_a_trained_vit  # noqa: E402
 
 def random_vit(name, size):
     keras.utils.set_random_seed(0)
-    model = getattr(keras_vit, name)(input_shape=(size, size, 3), classifier_activation=None)
+    model = getattr(keras_vit, name)(weights=None, input_shape=(size, size, 3), classifier_activation=None)
     weights_like_a_trained_vit(model)
     return model
 

@@ -11,7 +11,7 @@ import sys
 
 from keras_vit.families import FAMILIES, HYBRIDS, VARIANTS
 from keras_vit.variants import list_models
-from keras_vit.lazy_imports import lazy_package
+from keras_vit.utils.lazy_imports import lazy_package
 
 __version__ = "0.1.0"
 
@@ -23,7 +23,7 @@ _EXPORTS = {
     "feature_extractor": "keras_vit.inspect.features",
     "from_checkpoint": "keras_vit.dense.reading",
     "DenseModel": "keras_vit.dense.model",
-    "naflex_inputs": "keras_vit.naflex",
+    "naflex_inputs": "keras_vit.data.naflex_inputs",
     "ImageTextModel": "keras_vit.text.image_text",
     "text": "keras_vit.text",
     **dict.fromkeys([*VARIANTS, *HYBRIDS, *FAMILIES, "VARIANTS", "VisionTransformer", "decode_predictions",
@@ -40,6 +40,6 @@ def _command_line():
 
 
 if not _command_line():
-    from keras_vit import layers  # noqa: F401  (registers the layers for keras.saving.load_model)
+    from keras_vit import model  # noqa: F401  (registers the layers and the model class for keras.saving.load_model)
     from keras_vit.dense import eomt as _eomt, layers as _dense_layers  # noqa: F401  (and the dense heads)
     from keras_vit.dense import losses as _dense_losses  # noqa: F401  (and the losses a dense run compiles with)

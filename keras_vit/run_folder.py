@@ -19,7 +19,7 @@ A folder is a run's when it is missing or empty, or holds a run's `config.json` 
 (`overwrite_output_dir`), and a second run while one holds the lock. The lock and the
 heartbeats carry keras_vit's mark (`signed`): a `run.lock` or `hosts` entry without it is a
 user's, never removed nor taken for a run's. Every file is written under a temporary name and
-renamed (`keras_vit.files`). Plain Python: Keras is imported only to load a model.
+renamed (`keras_vit.utils.files`). Plain Python: Keras is imported only to load a model.
 """
 
 import contextlib
@@ -28,8 +28,8 @@ import os
 import re
 import socket
 
-from keras_vit import files
-from keras_vit.limits import check_keras_config
+from keras_vit.utils import files
+from keras_vit.utils.limits import check_keras_config
 
 CONFIG = "config.json"
 CLASSES = "classes.json"
@@ -232,7 +232,7 @@ def _check_classes(recorded, where):
     """Raises ValueError (one line naming `where`) unless the `classes.json` values present are
     what `train` writes: class names a list of strings, the image size a whole number >= 1,
     the evaluation crop a number in (0, 1]."""
-    from keras_vit.fields import check_range
+    from keras_vit.config.fields import check_range
 
     names, size, crop = (recorded.get(key, ok) for key, ok in (("class_names", []), ("image_size", 1), ("eval_crop", 1)))
     if not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
@@ -248,13 +248,13 @@ def _check_classes(recorded, where):
 def load_keras_file(file):
     """`keras.saving.load_model(file)`, with a damaged file (zip CRC, truncation), one that is
     not a regular file, one naming classes that are not registered, or one declaring sizes
-    past `keras_vit.limits` refused in one line (ValueError)."""
+    past `keras_vit.utils.limits` refused in one line (ValueError)."""
     import zipfile
     import zlib
 
     import keras
 
-    from keras_vit import layers  # noqa: F401 (registered for keras.saving.load_model)
+    from keras_vit import model  # noqa: F401 (registers the layers and the model class for keras.saving.load_model)
 
     files.regular_file(file, "as a Keras model")
     try:
@@ -271,7 +271,7 @@ def load_model(model="runs/digits/best.keras", weights="imagenet", **builder_arg
     """`(model, class_names, eval_crop)` of `model`: a `.keras` file (the classes and crop its
     run recorded), or a name of `keras_vit.list_models()` built with `weights` and
     `builder_args` (the crop of its preprocessing). ImageNet class names for 1000 classes."""
-    from keras_vit.imagenet import imagenet_classes
+    from keras_vit.data.imagenet import imagenet_classes
     from keras_vit.preprocessing import preprocessing
     from keras_vit.variants import list_models
 

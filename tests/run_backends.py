@@ -48,6 +48,8 @@ QUICK = (
     "tests/applications/test_builders.py",
     "tests/training/test_family_models.py::test_an_unknown_model_is_refused_listing_what_is_accepted",
     "tests/weights/test_recorded_options.py::test_metadata_holds_config_fields_checked_by_their_declarations",
+    "tests/applications/test_default_weights.py",
+    "tests/weights/test_keras_files.py::test_a_keras_file_of_the_previous_layout_loads",
     "tests/applications/test_families_builders.py::test_parameter_counts_match_the_references",
     "tests/applications/test_hybrid.py::test_stem_rejects_bad_configs",
     "tests/weights/test_table.py::test_table_expands_found_indices_both_ways_and_names_what_is_wrong",

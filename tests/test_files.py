@@ -1,4 +1,4 @@
-"""keras_vit.files: atomic writes with normal permissions, and cleaning up after a kill."""
+"""keras_vit.utils.files: atomic writes with normal permissions, and cleaning up after a kill."""
 
 import os
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from keras_vit import files
+from keras_vit.utils import files
 
 pytestmark = pytest.mark.backend_independent  # file writing: runs under one backend (tests/conftest.py)
 

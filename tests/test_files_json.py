@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from keras_vit import files
+from keras_vit.utils import files
 
 pytestmark = pytest.mark.backend_independent  # file writing: runs under one backend (tests/conftest.py)
 

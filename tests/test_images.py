@@ -1,4 +1,4 @@
-"""keras_vit.images (NumPy, no TensorFlow) against the tf.data pipeline it stands in for:
+"""keras_vit.data.images (NumPy, no TensorFlow) against the tf.data pipeline it stands in for:
 `read_image` = `data.decode_image_file`, `resize` = `augment.resize`, `center_crop` =
 `augment.eval_transform`, on files written here in every format and colour mode."""
 
@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from keras_vit import images
-from keras_vit.imagenet import preprocess_input
+from keras_vit.data import images
+from keras_vit.data.imagenet import preprocess_input
 from keras_vit.data import augment
 from keras_vit.data.sources import decode_image_file
 

@@ -1,13 +1,16 @@
 """The Vision Transformer builder, `named_builder` (the one generator of the named builders:
-variants, families, hybrid) and the paper's variants, with the `keras.applications` signature."""
+variants, families, hybrid) and the paper's variants, with the `keras.applications` signature.
+
+As `keras.applications`, a named builder defaults to its published ImageNet weights
+(`default_weights`); `VisionTransformer` itself to None (random weights)."""
 
 import inspect
 import textwrap
 
 import keras
 
-from keras_vit.architecture import build_model, image_shape
-from keras_vit.model_config import INPUTS, SIGNATURE, ViTConfig, arguments_doc, resolve_own
+from keras_vit.model.architecture import build_model, image_shape
+from keras_vit.config.vit_config import INPUTS, SIGNATURE, ViTConfig, arguments_doc, resolve_own
 from keras_vit.variants import VARIANTS
 from keras_vit.weights import build_with_weights, registry
 
@@ -46,6 +49,20 @@ VisionTransformer.__doc__ = (
 )
 
 
+def default_weights(model):
+    """The `weights` the named builder `model` defaults to: its ImageNet-1k classifier. That is
+    "imagenet" where the registry names one (the entry `keras-vit list-weights` marks
+    weights='imagenet'), else the name of its first ImageNet-1k (1000-class) entry (RoPE-ViT,
+    EVA-02); None (random weights) for the models published without an ImageNet-1k classifier:
+    ViT-H/14 (ImageNet-21k files only) and the self-supervised and image-text towers (DINOv2,
+    DINOv3, SigLIP, AIMv2, CLIP), whose weights are named explicitly (`list_weights(model)`)."""
+    try:
+        registry.find("imagenet", model)
+    except ValueError:
+        return next((e.name for e in registry.entries(model) if e.classes == 1000), None)
+    return "imagenet"
+
+
 # The arguments of every named builder, in the order of `keras.applications`.
 APPLICATION_ARGS = ("include_top", "weights", "input_tensor", "input_shape", "pooling", "classes",
                     "classifier_activation")
@@ -54,10 +71,17 @@ APPLICATION_ARGS = ("include_top", "weights", "input_tensor", "input_shape", "po
 def named_builder(name, defaults, doc, module, input_size=None, prepare=None):
     """The builder `name` of the `VisionTransformer` with `defaults` (architecture, options,
     model name) for the `keras.applications` arguments it does not get; any other
-    `VisionTransformer` argument overrides the defaults. Without weights and input, the input is
-    `input_size` square (None: 224). `prepare(args)` completes the arguments (the hybrid's stem);
-    `doc` and `module` are the builder's docstring and module."""
+    `VisionTransformer` argument overrides the defaults; `weights` defaults to
+    `default_weights(name)`. Without weights and input, the input is `input_size` square (None:
+    224). `prepare(args)` completes the arguments (the hybrid's stem); `doc` and `module` are the
+    builder's docstring and module."""
     own = {parameter.name: parameter.default for parameter in SIGNATURE.parameters.values()}
+    defaults = {"weights": default_weights(name), **defaults}
+    weights_doc = (f"`weights` defaults to {defaults['weights']!r}, its published ImageNet-1k classifier "
+                   "(downloaded once into the cache); weights=None builds it with random weights."
+                   if defaults["weights"] else
+                   f"`weights` defaults to None (random weights): {name} has no ImageNet-1k classifier; its "
+                   f"published weights are named explicitly (keras_vit.list_weights({name!r})).")
     signature = inspect.Signature(
         [inspect.Parameter(arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=defaults.get(arg, own[arg]))
          for arg in APPLICATION_ARGS]
@@ -74,7 +98,8 @@ def named_builder(name, defaults, doc, module, input_size=None, prepare=None):
         return VisionTransformer(**(prepare(args) if prepare else args))
 
     builder.__name__ = builder.__qualname__ = name
-    builder.__signature__, builder.__doc__, builder.__module__ = signature, doc, module
+    builder.__signature__, builder.__module__ = signature, module
+    builder.__doc__ = f"{inspect.cleandoc(doc)}\n\n{weights_doc}"
     return builder
 
 

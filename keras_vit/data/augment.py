@@ -119,7 +119,7 @@ def train_transform_encoded(data, seed, size, area_range, aspect_range, flip):
 
 
 def eval_transform(image, size, crop_fraction=1.0):
-    """Resize + centre crop to `size`; float32 pixels in [0, 255]. `keras_vit.images.center_crop`
+    """Resize + centre crop to `size`; float32 pixels in [0, 255]. `keras_vit.data.images.center_crop`
     is the same operation in NumPy (for `predict` without TensorFlow; tested equal)."""
     return center_crop(to_rgb(image), size, crop_fraction)
 

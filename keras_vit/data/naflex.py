@@ -8,12 +8,12 @@ patch budget (sequence length) from `seq_lens`, and its batch size is `tokens //
 constant. The draw is a pure function of `(seed, batch index)` (`batch_plan`), so the stream
 can start at any batch (`start_batch`) as a resumed run needs. Per example: a random crop
 (`augment.crop_window`) and flip as the square pipeline draws them, then the aspect-kept
-resize of `keras_vit.naflex.budget_size`, scaling, patches in row-major order, padding.
+resize of `keras_vit.data.naflex_inputs.budget_size`, scaling, patches in row-major order, padding.
 
 Evaluation: each whole image under the largest budget, in batches of `batch_size`.
 
 Packed (`packed`, the `naflex_pack` training option): each batch's images placed by first fit
-into sequences of the batch's budget (`keras_vit.packing.pack`; never more sequences than
+into sequences of the batch's budget (`keras_vit.data.packing.pack`; never more sequences than
 images), for `packing.packed_model`;
 the labels become `(rows, images)` with a weight of 1 per image and 0 per empty place, so the
 weighted mean loss and metrics are the unpacked batch's. A map of each batch: the stream
@@ -25,8 +25,8 @@ import tensorflow as tf
 
 from keras_vit.data import augment, pipeline
 from keras_vit.data.pipeline import AUTOTUNE, as_labels, dataset_options
-from keras_vit.naflex import budget_size, check_seq_lens
-from keras_vit.packing import pack
+from keras_vit.data.naflex_inputs import budget_size, check_seq_lens
+from keras_vit.data.packing import pack
 from keras_vit.preprocessing import preprocessing as preprocessing_of
 
 SEQ_LENS = (128, 256, 576, 784, 1024)  # timm's `train_seq_lens`

@@ -27,7 +27,7 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.files import regular_file
+from keras_vit.utils.files import regular_file
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 VAL_FRACTION = 0.1  # held out by default where there is no validation split (digits: 0.2)
@@ -290,7 +290,7 @@ def scan_folder(root, on_corrupt):
 
 def decode_image_file(path, label):
     """Reads and decodes a JPEG / PNG / GIF / BMP file to a uint8 RGB image (the same pixels as
-    `keras_vit.images.read_image`, which needs no TensorFlow)."""
+    `keras_vit.data.images.read_image`, which needs no TensorFlow)."""
     image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
     return tf.ensure_shape(image, [None, None, 3]), label
 

@@ -3,7 +3,7 @@
 `DenseModel(backbone, head=, task=)` builds the model; the heads are Keras layers (`keras_vit.dense.layers`,
 EoMT's in `keras_vit.dense.eomt`); `from_checkpoint` reads transformers' Depth Anything, DPT and EoMT models whole."""
 
-from keras_vit.lazy_imports import lazy_package
+from keras_vit.utils.lazy_imports import lazy_package
 
 _EXPORTS = {
     "DenseModel": "keras_vit.dense.model",

@@ -20,7 +20,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.guard import VisionTransformerModel
+from keras_vit.model.vision_transformer_model import VisionTransformerModel
 from keras_vit.inspect.model_parts import embedding_layer, encoder_inputs, encoder_layer, is_naflex, prefix_tokens
 from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.weights.building import assign

@@ -6,7 +6,7 @@ import keras
 
 from keras_vit.dense.eomt import eomt_model
 from keras_vit.dense.layers import TASKS, DPTHead, LinearHead
-from keras_vit.guard import VisionTransformerModel
+from keras_vit.model.vision_transformer_model import VisionTransformerModel
 from keras_vit.inspect.features import block_indices, feature_extractor
 from keras_vit.inspect.model_parts import embedding_layer, encoder_layer, has_class_token, is_naflex, prefix_tokens
 

@@ -14,9 +14,9 @@ import os
 
 import numpy as np
 
-from keras_vit import images
+from keras_vit.data import images
 from keras_vit.dense.eomt_postprocess import post_process_semantic_segmentation, resize_maps
-from keras_vit.imagenet import preprocess_input
+from keras_vit.data.imagenet import preprocess_input
 from keras_vit.inspect.model_parts import dense_task, input_step, position_layer, vit_part
 from keras_vit.preprocessing import preprocessing
 
@@ -94,7 +94,7 @@ def write_png(path, value, task):
     """A class map as a palette PNG (ids as palette indices, up to 256 classes), or a depth PNG."""
     from PIL import Image
 
-    from keras_vit.files import atomic_path
+    from keras_vit.utils.files import atomic_path
 
     if task == "depth":
         image = Image.fromarray(value)
@@ -109,7 +109,7 @@ def write_png(path, value, task):
 
 def save_raw(path, paths, maps):
     """The maps as `.npz` (one array per image, by file name) or `.npy` (one array: images of one size stacked)."""
-    from keras_vit.files import atomic_path
+    from keras_vit.utils.files import atomic_path
 
     if not path.endswith(RAW_SUFFIXES):
         raise ValueError(f"--output {path}: expected a name ending in {' or '.join(RAW_SUFFIXES)}.")

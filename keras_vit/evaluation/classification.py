@@ -6,8 +6,8 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.fields import check_count
-from keras_vit.heads import ends_with_softmax
+from keras_vit.config.fields import check_count
+from keras_vit.model.logits import ends_with_softmax
 from keras_vit.inspect.model_parts import is_naflex, position_layer
 from keras_vit.run_folder import load_model, metadata
 
@@ -24,7 +24,7 @@ def naflex_budget(model, model_path=None):
     """The patch budget of a NaFlex `model`'s images: the largest `naflex_seq_lens` of the run
     that saved the file `model_path` (its config.json), as its validation used, else the
     patches of the model's position table."""
-    from keras_vit.naflex import check_seq_lens
+    from keras_vit.data.naflex_inputs import check_seq_lens
 
     if model_path is not None and os.path.isfile(model_path):
         seq_lens = metadata(model_path).get("config", {}).get("naflex_seq_lens")

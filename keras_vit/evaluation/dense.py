@@ -13,7 +13,7 @@ import numpy as np
 
 from keras_vit.dense.data import load_dense_source
 from keras_vit.dense.scores import confusion_matrix, depth_errors, mean_depth_errors, segmentation_scores
-from keras_vit.fields import check_count
+from keras_vit.config.fields import check_count
 from keras_vit.run_folder import load_keras_file, metadata
 
 DENSE_TASKS = ("semantic", "depth")

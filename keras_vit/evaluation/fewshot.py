@@ -17,7 +17,7 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.fields import check_count
+from keras_vit.config.fields import check_count
 
 
 SHOTS = (1, 5, 10, 25)

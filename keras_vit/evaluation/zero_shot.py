@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from keras_vit.data.sources import scan_folder
-from keras_vit.fields import check_count
+from keras_vit.config.fields import check_count
 from keras_vit.text.tokenizers import check_labels
 
 

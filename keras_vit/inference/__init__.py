@@ -3,7 +3,7 @@
 `keras_vit.evaluation.classification.evaluate`. Names are imported on first use.
 """
 
-from keras_vit.lazy_imports import lazy_package
+from keras_vit.utils.lazy_imports import lazy_package
 
 lazy_package(
     __name__,

@@ -5,11 +5,11 @@ import sys
 
 
 def _predict(args):
-    from keras_vit.imagenet import check_top
+    from keras_vit.data.imagenet import check_top
     from keras_vit.inference.predict import predict
 
     check_top(args.top)
-    from keras_vit.files import regular_file
+    from keras_vit.utils.files import regular_file
 
     missing = [path for path in args.images if not os.path.lexists(path)]
     if missing:

@@ -4,14 +4,14 @@
 import keras
 import numpy as np
 
-from keras_vit import images
-from keras_vit.imagenet import check_top, preprocess_input
+from keras_vit.data import images
+from keras_vit.data.imagenet import check_top, preprocess_input
 from keras_vit.preprocessing import preprocessing as preprocessing_of
 from keras_vit.run_folder import load_model
 from keras_vit.evaluation.classification import naflex_budget, square_size
-from keras_vit.heads import ends_with_softmax
+from keras_vit.model.logits import ends_with_softmax
 from keras_vit.inspect.model_parts import is_naflex
-from keras_vit.naflex import naflex_inputs
+from keras_vit.data.naflex_inputs import naflex_inputs
 
 
 
@@ -38,7 +38,7 @@ def _batch(model, paths, size, crop_fraction, max_num_patches):
 def load_images(paths, image_size, crop_fraction=1.0, preprocessing=None):
     """Image files -> a `(N, size, size, 3)` float32 batch scaled by `preprocess_input(...,
     preprocessing)` (default [-1, 1]): the validation pipeline's decoding, resize (with the
-    preprocessing's interpolation) and centre crop (`keras_vit.images`), without TensorFlow."""
+    preprocessing's interpolation) and centre crop (`keras_vit.data.images`), without TensorFlow."""
     interpolation = preprocessing_of(preprocessing).interpolation
     pixels = np.stack([_crop(path, image_size, crop_fraction, interpolation) for path in paths])
     return preprocess_input(pixels, preprocessing=preprocessing)

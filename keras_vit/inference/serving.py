@@ -25,7 +25,7 @@ names them (`image_text_export.export_tower`, `keras-vit export FOLDER --tower t
 
 A NaFlex model (`naflex=True`) takes, in every format, its three inputs by name: `patches`
 `(batch, n, patch * patch * 3)`, `spatial_shapes` `(batch, 2)` and `mask` `(batch, n)` (int32),
-the batch and the patch budget `n` dynamic (`keras_vit.naflex.naflex_inputs` makes them); the
+the batch and the patch budget `n` dynamic (`keras_vit.data.naflex_inputs.naflex_inputs` makes them); the
 PyTorch program and the SavedModel take them as one dict, ONNX, LiteRT and OpenVINO as three
 named inputs.
 
@@ -50,8 +50,8 @@ import zipfile
 import keras
 import numpy as np
 
-import keras_vit.layers  # noqa: F401  (registers the layers for keras.saving.load_model)
-from keras_vit.files import atomic_path, check_target, write_json
+import keras_vit.model  # noqa: F401  (registers the layers and the model class for keras.saving.load_model)
+from keras_vit.utils.files import atomic_path, check_target, write_json
 from keras_vit.inference.serving_card import card, card_path, is_card, tokenizer_path
 from keras_vit.inspect.model_parts import dense_task, input_step, is_naflex, position_layer, vit_part
 from keras_vit.run_folder import load_keras_file, metadata
@@ -109,7 +109,7 @@ def naflex_budgets(model):
 def naflex_sample(model, count=3, seed=0, budget=None):
     """A NaFlex model's inputs (`naflex_inputs`) for `count` random images of several aspect ratios
     under `budget` patches (default: the first of `naflex_budgets`), some leaving part of it padding."""
-    from keras_vit.naflex import naflex_inputs
+    from keras_vit.data.naflex_inputs import naflex_inputs
 
     rng = np.random.default_rng(seed)
     patch = model.get_layer("embedding").patch_size

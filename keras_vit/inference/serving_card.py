@@ -9,8 +9,8 @@ the same numbers.
 
 import os
 
-from keras_vit.files import parse_json
-from keras_vit.heads import ends_with_softmax
+from keras_vit.utils.files import parse_json
+from keras_vit.model.logits import ends_with_softmax
 from keras_vit.inspect.model_parts import dense_task, input_step
 from keras_vit.preprocessing import preprocessing
 

@@ -7,7 +7,7 @@ Numbers: `attention_rollout`, `mean_attention_distance`, `position_embedding_sim
 imported on first use.
 """
 
-from keras_vit.lazy_imports import lazy_package
+from keras_vit.utils.lazy_imports import lazy_package
 
 lazy_package(
     __name__,

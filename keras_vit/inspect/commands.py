@@ -34,15 +34,15 @@ def _model_size(model, image_size):
 
 def load_images(paths, size):
     """The images at `paths` as RGB float32 `(n, height, width, 3)` in [0, 255], resized to
-    `size` as `predict` and the input pipeline resize (`keras_vit.images`)."""
-    from keras_vit.images import read_image, resize
+    `size` as `predict` and the input pipeline resize (`keras_vit.data.images`)."""
+    from keras_vit.data.images import read_image, resize
 
     return np.stack([resize(read_image(path), size) for path in paths])
 
 
 def inspect_command(args):
     from keras_vit import inspect
-    from keras_vit.imagenet import preprocess_input
+    from keras_vit.data.imagenet import preprocess_input
     from keras_vit.inspect.model_parts import is_naflex
 
     model = _build(args.model, args.weights, args.image_size)

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from keras_vit.files import atomic_path
+from keras_vit.utils.files import atomic_path
 
 
 def _figure(width, height):

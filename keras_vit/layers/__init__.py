@@ -20,7 +20,6 @@ from keras_vit.layers.rope import RopePositionEmbedding
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStage, ResNetV2Stem, WeightStandardizedConv2D
 from keras_vit.layers.token_grid import TokenGrid
 from keras_vit.layers.transformer_block import TransformerBlock
-from keras_vit.guard import VisionTransformerModel  # noqa: F401 (the models' class, registered for load_model)
 
 __all__ = [
     "BottleneckUnit",

@@ -43,7 +43,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     the attention; `call(x, valid=valid)` attends only to the keys where the boolean
     `(batch, tokens)` `valid` is True (NaFlex's padding left out); `call(x, segment_ids=ids)`
     lets each token attend only to the tokens of its own segment (the same `(batch, tokens)` id:
-    several images packed in one sequence, `keras_vit.packing`). `key_bias=False` leaves the
+    several images packed in one sequence, `keras_vit.data.packing`). `key_bias=False` leaves the
     keys without bias (DINOv3): the `qkv` bias keeps
     its `3 * dim` entries, its key part subtracted again (so no gradient reaches it either).
     `qkv_bias=False` / `proj_bias=False`: the `qkv` / `out` projections without bias.

@@ -17,7 +17,7 @@ class MAPHead(keras.layers.Layer):
     `y = y + MLP(LayerNorm(y))`. `call(tokens, valid=mask)` pools only the tokens where the
     `(batch, tokens)` mask is True (NaFlex's padding left out); `call(tokens, segments=member)`
     pools each of the `(batch, images, tokens)` boolean `member` rows on its own: `(batch,
-    images, dim)`, one vector per image packed in the sequence (`keras_vit.packing`; an empty
+    images, dim)`, one vector per image packed in the sequence (`keras_vit.data.packing`; an empty
     row pools all the tokens). `form="aimv2"`: the probe is the query itself (no `query`
     projection) and `y` is returned as it is (no LayerNorm, no MLP)."""
 

@@ -2,12 +2,12 @@
 one patch budget. The model takes `patches` `(batch, max_patches, patch * patch * channels)`
 (each patch's pixels row by row, channels last), `spatial_shapes` `(batch, 2)` (each image's
 patch rows and columns, its patches in row-major order first) and `mask` `(batch, max_patches)`
-(1 for a patch of the image, 0 for padding); `keras_vit.naflex` makes them from images."""
+(1 for a patch of the image, 0 for padding); `keras_vit.data.naflex_inputs` makes them from images."""
 
 import keras
 from keras import ops
 
-from keras_vit.interpolation import INTERPOLATIONS
+from keras_vit.config.interpolation import INTERPOLATIONS
 from keras_vit.layers.position_embedding import resize_kernel
 from keras_vit.layers.residual import Float32Stream
 
@@ -114,7 +114,7 @@ class NaFlexPositionEmbedding(Float32Stream, keras.layers.Layer):
     in float32; the padding positions get the resized table's first row, as there.
 
     `call(tokens, spatial_shapes, segment_ids=ids)`: several images packed in each sequence
-    (`keras_vit.packing`): `spatial_shapes` `(batch, images, 2)` and each token's image
+    (`keras_vit.data.packing`): `spatial_shapes` `(batch, images, 2)` and each token's image
     `ids` `(batch, n)` (1 for the first image, 0 for padding), the images' patches one after
     the other in row-major order; each token gets the position of its own image."""
 

@@ -1,4 +1,4 @@
-"""The normalisation layers of `norm=` (model_config.NORMS): LayerNorm, or RMSNorm (scale only)."""
+"""The normalisation layers of `norm=` (vit_config.NORMS): LayerNorm, or RMSNorm (scale only)."""
 
 import keras
 from keras import ops

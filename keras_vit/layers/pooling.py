@@ -16,7 +16,7 @@ class TokenPooling(keras.layers.Layer):
     `"distillation"`: the second token (DeiT's distillation token). `call(tokens, valid=mask)`
     averages only the tokens where the `(batch, tokens)` mask is True (NaFlex's padding left out);
     `call(tokens, segments=member)` ("avg") averages each `(batch, images, tokens)` row of the
-    boolean `member` on its own: `(batch, images, dim)` (packed images, `keras_vit.packing`)."""
+    boolean `member` on its own: `(batch, images, dim)` (packed images, `keras_vit.data.packing`)."""
 
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
         super().__init__(**kwargs)

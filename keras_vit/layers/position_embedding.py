@@ -4,9 +4,9 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.interpolation import DEFAULT, INTERPOLATIONS, check
+from keras_vit.config.interpolation import DEFAULT, INTERPOLATIONS, check
 from keras_vit.layers.residual import Float32Stream
-from keras_vit.patch_grid import grid_size_of
+from keras_vit.utils.patch_grid import grid_size_of
 
 
 def _keys(x, a):
@@ -57,7 +57,7 @@ def resize_matrix(n_in, n_out, name):
 def resize_grid(grid, new_size, method=DEFAULT):
     """Interpolates a `(h, w, dim)` grid of embeddings to `new_size = (h', w')`.
 
-    NumPy in, NumPy out; `method` names a convention of `keras_vit.interpolation`
+    NumPy in, NumPy out; `method` names a convention of `keras_vit.config.interpolation`
     (e.g. "bilinear", the original's, or "bicubic_antialias", timm's).
     """
     check(method)
@@ -91,7 +91,7 @@ class PositionEmbedding(Float32Stream, keras.layers.Layer):
     Called as `layer(tokens, patch_grid)`, where `patch_grid` is the `(batch, h, w, dim)`
     output of `PatchEmbedding`, used only for its shape: when `(h, w)` differs from
     `grid_size` the patch rows are interpolated at run time by `interpolation` (a name of
-    `keras_vit.interpolation.INTERPOLATIONS`: its weights' library's resize), so one
+    `keras_vit.config.interpolation.INTERPOLATIONS`: its weights' library's resize), so one
     model serves any image size.
     """
 

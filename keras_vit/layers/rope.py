@@ -20,8 +20,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.model_config import ROPE_FORMS as FORMS
-from keras_vit.model_config import ROPE_INDEXINGS as INDEXINGS
+from keras_vit.config.vit_config import ROPE_FORMS as FORMS
+from keras_vit.config.vit_config import ROPE_INDEXINGS as INDEXINGS
 
 THETA = 100.0
 

@@ -12,7 +12,7 @@ from keras_vit.layers.residual import Float32Stream
 from keras_vit.layers.rope import THETA
 from keras_vit.layers.sublayer import run
 from keras_vit.layers.swiglu import SwiGLUBlock
-from keras_vit.model_config import MLPS, NORMS
+from keras_vit.config.vit_config import MLPS, NORMS
 from keras_vit.variants import LAYER_NORM_EPSILON
 
 

@@ -29,7 +29,7 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_vit.files import atomic_path, parse_json, regular_file
+from keras_vit.utils.files import atomic_path, parse_json, regular_file
 from keras_vit.layers.linear import Linear
 from keras_vit.lora.targets import LORA_TARGETS, parse_lora_targets as parse_targets
 from keras_vit.weights.containers import read_npz
@@ -181,7 +181,7 @@ def _read_npz(path):
 def convert(src, dst, layout, overwrite=False):
     """Writes the LoRA adapter `src` (any layout) to `dst` in `layout`, refusing an existing
     `dst` unless `overwrite`; no model needed. Returns what `write` does."""
-    from keras_vit.files import atomic_path, check_target
+    from keras_vit.utils.files import atomic_path, check_target
 
     check_target(dst, overwrite=overwrite, folder=layout == "peft", inputs=(os.fspath(src),))
     arrays, settings = read(src)

@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from keras_vit.files import parse_json
+from keras_vit.utils.files import parse_json
 from keras_vit.weights.formats.huggingface import V5_MODULES
 
 BLOCK = "encoder/encoderblock_{i}/"

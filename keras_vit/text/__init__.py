@@ -3,7 +3,7 @@
 their text weights, and `ImageTextModel` (both towers, zero-shot classification). Names are
 imported on first use (the command line imports `keras_vit.text.commands` without Keras)."""
 
-from keras_vit.lazy_imports import lazy_package
+from keras_vit.utils.lazy_imports import lazy_package
 
 lazy_package(
     __name__,

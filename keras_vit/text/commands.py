@@ -6,7 +6,7 @@ import os
 
 
 def _check_images(paths):
-    from keras_vit.files import regular_file
+    from keras_vit.utils.files import regular_file
 
     missing = [path for path in paths if not os.path.lexists(path)]
     if missing:
@@ -31,7 +31,7 @@ def _zero_shot(args):
     if not args.images and not args.save_classifier:
         raise ValueError("zero-shot: give image files, or --save-classifier OUT.keras (or both).")
     if args.save_classifier:
-        from keras_vit.files import check_target
+        from keras_vit.utils.files import check_target
 
         if not args.save_classifier.endswith(".keras"):
             raise ValueError(f"--save-classifier {args.save_classifier}: expected a .keras file name.")
@@ -42,7 +42,7 @@ def _zero_shot(args):
 
     model = ImageTextModel.from_checkpoint(args.weights)
     if args.save_classifier:
-        from keras_vit.files import atomic_path
+        from keras_vit.utils.files import atomic_path
 
         with atomic_path(args.save_classifier) as tmp:
             model.classifier(args.labels, template=args.template).save(tmp)
@@ -75,7 +75,7 @@ def _embed(args):
     _check_weights(args.weights)
     import numpy as np
 
-    from keras_vit.files import atomic_path
+    from keras_vit.utils.files import atomic_path
     from keras_vit.text.image_text import ImageTextModel
 
     model = ImageTextModel.from_checkpoint(args.weights)

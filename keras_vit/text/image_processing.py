@@ -1,18 +1,18 @@
 """Images to an image tower's input as a checkpoint's `preprocessor_config.json` says
 (transformers' `CLIPImageProcessor`, `SiglipImageProcessor`, `Siglip2ImageProcessor`): resize (to
 a fixed size, or the shorter side to `shortest_edge`), centre crop, rescale, normalise; NumPy
-only (`keras_vit.images`: Pillow's antialiased bicubic, or bilinear)."""
+only (`keras_vit.data.images`: Pillow's antialiased bicubic, or bilinear)."""
 
 import dataclasses
 import os
 
 import numpy as np
 
-from keras_vit import images as image_ops
-from keras_vit.naflex import check_count
+from keras_vit.data import images as image_ops
+from keras_vit.data.naflex_inputs import check_count
 from keras_vit.preprocessing import preprocessing as preprocessing_of
 
-# PIL's resampling codes in preprocessor_config.json -> keras_vit.images' interpolations
+# PIL's resampling codes in preprocessor_config.json -> keras_vit.data.images' interpolations
 RESAMPLE = {2: "bilinear", 3: "bicubic"}
 
 
@@ -21,7 +21,7 @@ class ImageProcessing:
     """`size`: `(height, width)` every image is resized to, or None; `shortest_edge`: the shorter
     side's length (aspect kept) before the `crop` square; `mean` / `std` per channel of
     `pixels * rescale`; `max_num_patches`: a NaFlex tower's patch budget (its images are
-    resized to it instead, `keras_vit.naflex`)."""
+    resized to it instead, `keras_vit.data.naflex_inputs`)."""
 
     size: tuple = None
     shortest_edge: int = None

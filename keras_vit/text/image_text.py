@@ -10,9 +10,9 @@ import keras
 import numpy as np
 
 from keras_vit.applications.from_checkpoint import from_checkpoint
-from keras_vit.files import atomic_path
+from keras_vit.utils.files import atomic_path
 from keras_vit.inspect.model_parts import is_naflex
-from keras_vit.naflex import naflex_inputs
+from keras_vit.data.naflex_inputs import naflex_inputs
 from keras_vit.text import image_processing, names
 from keras_vit.text.model import text_from_checkpoint
 from keras_vit.text.tokenizers import FILES, check_labels, tokenizer_from_folder

@@ -18,7 +18,7 @@ import string
 
 import numpy as np
 
-from keras_vit.files import regular_file
+from keras_vit.utils.files import regular_file
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 # Each family's special tokens where tokenizer_config.json does not name them (transformers' defaults).

@@ -8,7 +8,7 @@
 Names are imported on first use, so `keras_vit.training.recipes` alone needs no TensorFlow.
 """
 
-from keras_vit.lazy_imports import lazy_package
+from keras_vit.utils.lazy_imports import lazy_package
 
 _EXPORTS = {
     "TrainingDiverged": "keras_vit.training.checkpointing",

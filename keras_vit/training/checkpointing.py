@@ -30,7 +30,7 @@ import keras
 import numpy as np
 
 from keras_vit import run_folder
-from keras_vit.files import (atomic_path, check_space, one_line_errors, parse_json, regular_file, remove_stale,
+from keras_vit.utils.files import (atomic_path, check_space, one_line_errors, parse_json, regular_file, remove_stale,
                              write_json)
 from keras_vit.training import ema
 

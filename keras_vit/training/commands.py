@@ -3,7 +3,8 @@
 import os
 import sys
 
-from keras_vit import fields, run_folder
+from keras_vit import run_folder
+from keras_vit.config import fields
 from keras_vit.training.recipes import RECIPES, TrainConfig, check_recipe_command, recipe
 
 

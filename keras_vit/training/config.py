@@ -11,12 +11,12 @@ import os
 import typing
 from typing import Optional, Union
 
-from keras_vit import fields
-from keras_vit.fields import option
-from keras_vit.limits import MAX_PIXELS
-from keras_vit.naflex import check_seq_lens
+from keras_vit.config import fields
+from keras_vit.config.fields import option
+from keras_vit.utils.limits import MAX_PIXELS
+from keras_vit.data.naflex_inputs import check_seq_lens
 from keras_vit.lora.targets import LORA_TARGETS, parse_lora_targets  # noqa: F401  (part of this module's interface)
-from keras_vit.model_config import DEPTHS, SIZES, ViTConfig
+from keras_vit.config.vit_config import DEPTHS, SIZES, ViTConfig
 from keras_vit.variants import ARCHITECTURE_KEYS, FAMILIES, VARIANTS, list_models
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "muon", "lamb", "lion", "adafactor")
@@ -37,7 +37,7 @@ DENSE_HEADS = ("linear", "dpt")
 # counters overflow; no real run comes near (2**20 images a step, 10**9 steps or epochs).
 MAX_BATCH = 2**20
 MAX_STEPS = 10**9
-IMAGE_SIDES = f"[1, {math.isqrt(MAX_PIXELS)}]"  # a square image within `keras_vit.limits`
+IMAGE_SIDES = f"[1, {math.isqrt(MAX_PIXELS)}]"  # a square image within `keras_vit.utils.limits`
 
 DATA, MODEL, OPTIMISATION, PRETRAIN, SYSTEM, OUTPUTS = (
     "data", "model", "optimisation", "masked patch prediction (pretrain)", "system", "outputs"
@@ -398,7 +398,7 @@ class _TrainFields:
 NOT_ARCHITECTURE = ("input_size", "preprocessing", "include_top", "pooling")
 
 # The builder options a run may set (`--qk-norm true`, `--set norm=rmsnorm`), each declared once in
-# `model_config.ViTConfig`: a field here has its help, accepted values and check, and defaults to None
+# `keras_vit.config.vit_config.ViTConfig`: a field here has its help, accepted values and check, and defaults to None
 # (not set: the variant's, or the weights' own when fine-tuning).
 MODEL_OPTIONS = ("qk_norm", "norm", "qkv_bias", "proj_bias", "mlp_bias", "key_bias", "mlp", "layer_scale_init",
                  "patch_drop_rate", "patch_norm", "position_embedding", "sincos_form")

@@ -26,7 +26,7 @@ import keras
 from keras_vit import run_folder
 from keras_vit import applications
 from keras_vit.applications.vision_transformer import VisionTransformer
-from keras_vit.files import one_line_errors, regular_file, write_json, write_text
+from keras_vit.utils.files import one_line_errors, regular_file, write_json, write_text
 from keras_vit.data import naflex as naflex_pipeline, pipeline
 from keras_vit.data.sources import load_source
 from keras_vit.lora import adapter as lora
@@ -160,7 +160,7 @@ def _weights_and_own(config):
     """`(weights, options)`: `config.weights` read once as a `Checkpoint`, and its `WEIGHTS_OWN`."""
     if config.weights is None:
         return None, {}
-    from keras_vit.model_config import ViTConfig
+    from keras_vit.config.vit_config import ViTConfig
     from keras_vit.weights.reading import weights_checkpoint
 
     ckpt = weights_checkpoint(config.weights, ViTConfig(**config.architecture()))

@@ -12,7 +12,7 @@ from keras_vit import run_folder
 from keras_vit.evaluation.fewshot import (
     L2, SEEDS, SHOTS, check_shots, fewshot_accuracy, image_size_of, representation_model, source_features, summarise,
 )
-from keras_vit.files import append_text
+from keras_vit.utils.files import append_text
 from keras_vit.training import ema
 
 

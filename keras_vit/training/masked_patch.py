@@ -21,7 +21,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_vit.torch_compile import compile_once
+from keras_vit.utils.torch_compile import compile_once
 
 KEEP, MASK, RANDOM, SAME = 0, 1, 2, 3
 _AUTOTUNE = tf.data.AUTOTUNE

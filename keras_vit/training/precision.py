@@ -15,7 +15,7 @@ import platform
 
 import keras
 
-from keras_vit import matmul_precision
+from keras_vit.utils import matmul_precision
 from keras_vit.training.config import PRECISIONS
 
 

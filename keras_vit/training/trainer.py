@@ -10,10 +10,11 @@ import os
 
 import keras
 
-from keras_vit import packing, run_folder
-from keras_vit.torch_compile import compile_once
+from keras_vit import run_folder
+from keras_vit.model.packed import packed_model
+from keras_vit.utils.torch_compile import compile_once
 from keras_vit.training import engine, on_step
-from keras_vit.heads import logits_output
+from keras_vit.model.logits import logits_output
 
 
 @dataclasses.dataclass
@@ -90,7 +91,7 @@ class Classification(engine.Task):
         loss, metrics = loss_and_metrics(source.num_classes, one_hot, from_logits, config.label_smoothing, config.loss)
         compiled = dict(loss=loss, weighted_metrics=metrics)
         if is_naflex(model):  # the host makes the finished NaFlex batches (`keras_vit.data.naflex`)
-            train_model = (packing.packed_model(model, logits=True) if config.naflex_pack
+            train_model = (packed_model(model, logits=True) if config.naflex_pack
                            else keras.Model(model.input, logits, name=f"{model.name}_logits"))
             train_model = compile_once(train_model)
             return engine.Setup(model, train_model, compiled, one_hot=one_hot)

@@ -14,7 +14,7 @@
 Names are imported on first use.
 """
 
-from keras_vit.lazy_imports import lazy_package
+from keras_vit.utils.lazy_imports import lazy_package
 
 lazy_package(
     __name__,

@@ -5,10 +5,10 @@ import logging
 
 import numpy as np
 
-from keras_vit.architecture import build_model, image_shape
-from keras_vit.interpolation import DEFAULT
+from keras_vit.model.architecture import build_model, image_shape
+from keras_vit.config.interpolation import DEFAULT
 from keras_vit.layers.position_embedding import resize_position_embedding
-from keras_vit.model_config import resolve_own
+from keras_vit.config.vit_config import resolve_own
 from keras_vit.weights import stems, variables
 from keras_vit.weights.canonical import ATTN, FC_NORM, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS, PROJECTION
 from keras_vit.weights.lazy import LazyArray

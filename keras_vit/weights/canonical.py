@@ -7,10 +7,10 @@ import math
 import numbers
 from typing import Optional
 
-from keras_vit import limits
-from keras_vit.fields import check_value
-from keras_vit.model_config import ViTConfig
-from keras_vit.patch_grid import grid_size_of
+from keras_vit.utils import limits
+from keras_vit.config.fields import check_value
+from keras_vit.config.vit_config import ViTConfig
+from keras_vit.utils.patch_grid import grid_size_of
 from keras_vit.variants import VARIANTS
 from keras_vit.weights import stems
 from keras_vit.weights.table import Template
@@ -341,7 +341,7 @@ class Checkpoint:
         so a file declaring impossible or inflated sizes is refused before it is read. Every
         format's reader hands its tensors to the builder and the writers through here: each
         tensor real floating point and not empty, each shape the one the architecture of the
-        patch embedding, heads and MLP gives it, the model within `keras_vit.limits`."""
+        patch embedding, heads and MLP gives it, the model within `keras_vit.utils.limits`."""
         for key, tensor in self.tensors.items():
             if tensor.dtype.kind != "f" or not all(tensor.shape):
                 raise ValueError(

@@ -23,8 +23,8 @@ import zlib
 import h5py
 import numpy as np
 
-from keras_vit.files import atomic_path, parse_json, regular_file
-from keras_vit.limits import check_keras_config, check_shape, check_tensor_count
+from keras_vit.utils.files import atomic_path, parse_json, regular_file
+from keras_vit.utils.limits import check_keras_config, check_shape, check_tensor_count
 from keras_vit.weights.lazy import CRCCheck, FileArray, LazyArray, bfloat16_to_float32
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"

@@ -20,7 +20,7 @@ import hashlib
 import logging
 import os
 
-from keras_vit.files import regular_file, remove, remove_stale, temporary_name, write_json
+from keras_vit.utils.files import regular_file, remove, remove_stale, temporary_name, write_json
 from keras_vit.weights import containers
 from keras_vit.weights.registry import HUB_URL, cache_path
 
@@ -109,10 +109,11 @@ def _hub_file(entry):
 
 
 def _download_error(entry, target, error):
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
     return DownloadError(
-        f"Could not download {entry.url} ({error}). To use this checkpoint without "
+        f"Could not download {entry.url} ({reason}). To use this checkpoint without "
         f"downloading it here, fetch that file by other means and put it at {target}; "
-        "it is picked up from there."
+        "it is picked up from there. weights=None builds the model without it (random weights)."
     )
 
 

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from keras_vit.files import atomic_path, check_space, check_target, one_line_errors
+from keras_vit.utils.files import atomic_path, check_space, check_target, one_line_errors
 from keras_vit.weights import containers, formats, variables
 from keras_vit.weights.canonical import BLOCK, EOMT_MASK_PROBS, EOMT_QUERIES, Checkpoint
 from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, HEAD_OPTIONS
@@ -152,7 +152,7 @@ def check_output(path, fmt, overwrite=False, inputs=()):
 def _check_block_options(fmt, ckpt):
     """Raises ValueError (one line) if `ckpt` uses a block option (`qk_norm`, RMSNorm, projections
     without bias) that `fmt` does not record: it would be read back as another model."""
-    from keras_vit.model_config import ViTConfig
+    from keras_vit.config.vit_config import ViTConfig
 
     architecture = ckpt.architecture()
     refused = [name for name in BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS + HEAD_OPTIONS

@@ -10,7 +10,7 @@ import zlib
 import ml_dtypes
 import numpy as np
 
-from keras_vit.limits import check_shape
+from keras_vit.utils.limits import check_shape
 
 
 def bfloat16_to_float32(raw):
@@ -21,7 +21,7 @@ def bfloat16_to_float32(raw):
 class LazyArray:
     """`shape`, `dtype` (of the loaded values) and `source` (where it comes from, for error
     messages); `load()` returns a NumPy array. Every reader declares its tensors as these, so
-    every declared shape is bounded here (`keras_vit.limits.check_shape`), before any size is
+    every declared shape is bounded here (`keras_vit.utils.limits.check_shape`), before any size is
     computed from it."""
 
     def __init__(self, shape, dtype, loader, source):

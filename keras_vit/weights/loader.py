@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from keras_vit.interpolation import check
+from keras_vit.config.interpolation import check
 from keras_vit.weights.building import build_from_checkpoint
 from keras_vit.weights.reading import weights_checkpoint
 
@@ -10,7 +10,7 @@ from keras_vit.weights.reading import weights_checkpoint
 @dataclasses.dataclass(frozen=True)
 class PretrainedWeights:
     """`weights=` with options: `source` is a named checkpoint or a path; `interpolation` (a
-    name of `keras_vit.interpolation.INTERPOLATIONS`; None: the builder's `interpolation=`,
+    name of `keras_vit.config.interpolation.INTERPOLATIONS`; None: the builder's `interpolation=`,
     else the checkpoint's library's) resizes the position embeddings when the model's patch
     grid differs from the checkpoint's, at load time and at run time; `force_download`: fetch
     a named checkpoint's file again (e.g. after it was refused as changed since its download)."""

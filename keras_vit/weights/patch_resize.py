@@ -8,7 +8,7 @@ antialiased bicubic `F.interpolate`."""
 import numpy as np
 from keras import ops
 
-from keras_vit.interpolation import DEFAULT, INTERPOLATIONS
+from keras_vit.config.interpolation import DEFAULT, INTERPOLATIONS
 from keras_vit.layers.position_embedding import resize_matrix
 from keras_vit.weights.lazy import LazyArray
 

@@ -23,13 +23,13 @@ PARAMS = {
 @pytest.mark.parametrize("name", PARAMS)
 def test_parameter_count(name):
     with shapes_only():
-        model = getattr(keras_vit, name)()
+        model = getattr(keras_vit, name)(weights=None)
         assert model.count_params() == PARAMS[name]
         assert model.output_shape == (None, 1000)
 
 
 def test_b16_predicts_probabilities(rng):
-    model = keras_vit.ViTB16()
+    model = keras_vit.ViTB16(weights=None)
     images = keras_vit.preprocess_input(rng.integers(0, 256, (2, 224, 224, 3)))
     probs = model.predict(images, verbose=0)
     assert probs.shape == (2, 1000)
@@ -102,7 +102,7 @@ def test_input_tensor_is_used():
         (dict(pooling="max"), ["pooling", "'max'", "token", "avg"]),
         (dict(classifier_activation="softmaxx"), ["classifier_activation", "softmaxx", "softmax"]),
         (dict(classes=0), ["classes", "[1, 262144]"]),
-        # sizes that would exhaust memory (keras_vit.limits), refused before anything is built
+        # sizes that would exhaust memory (keras_vit.utils.limits), refused before anything is built
         (dict(mlp_dim=10**9), ["mlp_dim=1000000000", "[1, 262144]"]),
         (dict(depth=10**5), ["depth=100000", "[1, 1024]"]),
         (dict(input_shape=(400000, 400000, 3)), ["160000000000 pixels", "16384 x 16384"]),
@@ -118,7 +118,7 @@ def test_bad_arguments_raise_clear_errors(kwargs, words):
 
 def test_wrong_image_size_for_a_builder_names_the_patch_size():
     with pytest.raises(ValueError, match=r"input_shape=\(225, 225, 3\).*multiples of the patch size 16"):
-        keras_vit.ViTB16(input_shape=(225, 225, 3))
+        keras_vit.ViTB16(weights=None, input_shape=(225, 225, 3))
 
 
 def test_rgb_required_for_pretrained_weights():
@@ -147,19 +147,19 @@ def test_decode_predictions_uses_shipped_imagenet_labels():
 
 def test_builder_arguments_are_declared_once():
     """The signature, the docstring, the config and the relay into the layers all come from the
-    declarations of `keras_vit.model_config`."""
+    declarations of `keras_vit.config.vit_config`."""
     import dataclasses
     import inspect
 
-    from keras_vit import model_config
+    from keras_vit.config import vit_config
     from keras_vit.layers.encoder import BLOCK_OPTIONS, Encoder
 
-    declared = [field.name for field in dataclasses.fields(model_config.ViTConfig)]
-    inputs = [name for name, _ in model_config.INPUTS]
+    declared = [field.name for field in dataclasses.fields(vit_config.ViTConfig)]
+    inputs = [name for name, _ in vit_config.INPUTS]
     signature = inspect.signature(keras_vit.VisionTransformer).parameters
     assert sorted(signature) == sorted(declared + inputs)
     assert all(f"    {name}: " in keras_vit.VisionTransformer.__doc__ for name in signature)
-    relayed = model_config.ViTConfig().relayed(model_config.ENCODER)
+    relayed = vit_config.ViTConfig().relayed(vit_config.ENCODER)
     encoder_args = set(inspect.signature(Encoder).parameters) | set(BLOCK_OPTIONS)
     assert relayed and set(relayed) <= encoder_args
 
@@ -182,7 +182,7 @@ def test_decode_predictions_of_the_imagenet21k_heads():
     """21,843 classes in sorted WordNet-id order (the in21k heads'); the 1000 ImageNet-2012
     classes among them (all but the teddy bear, n04399382, absent from the fall-2011 release)
     carry the names of the 1000-class list."""
-    from keras_vit.imagenet import imagenet21k_classes, imagenet_classes
+    from keras_vit.data.imagenet import imagenet21k_classes, imagenet_classes
 
     classes = imagenet21k_classes()
     ids = [wnid for wnid, _ in classes]

@@ -2,7 +2,12 @@
 depth with its own patch size, tokens, head and options: build and call at two input sizes,
 `get_config` round trip, `.keras` save / load here and on another backend, `features`, and
 the export at two sizes (of the builders that between them hold every kind of token, block and
-head: the export path depends on the layers, not on the widths)."""
+head: the export path depends on the layers, not on the widths).
+
+The first builder of each family (builders with the same options, differing only in their five
+numbers and input size) runs under every backend; the family's other sizes and the hybrid each
+under one, in turn, so that the suite's three runs check every builder and every backend every
+family."""
 
 import json
 import os
@@ -14,11 +19,24 @@ import numpy as np
 import pytest
 
 import keras_vit
-from tests.support import BACKEND
+from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS
+from keras_vit.weights.registry import architecture
+from tests.support import BACKEND, this_backends_share
 from tests.support.models import randomize
 
-MODELS = keras_vit.list_models()
-TINY = dict(hidden_dim=16, depth=1, num_heads=2, mlp_dim=32)
+
+def _options(name):
+    """What tells `name`'s family apart: its options; None for the hybrid, whose stem
+    tests/applications/test_hybrid.py checks under every backend at small stages (its 50 ResNet
+    layers here were a third of this file's time)."""
+    options = {k: v for k, v in architecture(name).items() if k not in (*ARCHITECTURE_KEYS, "input_size", "projection_dim")}
+    return repr(sorted(options.items())) if options or name in VARIANTS else None
+
+
+ALL_MODELS = keras_vit.list_models()
+FIRST_OF_EACH_FAMILY = tuple(name for key, name in {_options(n): n for n in reversed(ALL_MODELS)}.items() if key)
+MODELS = this_backends_share(ALL_MODELS, everywhere=FIRST_OF_EACH_FAMILY)
+TINY = dict(hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, weights=None)
 # Builders that between them hold every kind of token, block and head: class + distillation
 # tokens with two heads, registers + LayerScale + SwiGLU, no class token + MAP head.
 EXPORTED = ("DeiTTi16", "DINOv2G14", "SigLIPB16")

@@ -8,7 +8,7 @@ import pytest
 
 import keras
 import keras_vit
-from keras_vit.guard import InputRangeWarning, diagnose
+from keras_vit.model.vision_transformer_model import InputRangeWarning, diagnose
 
 RNG = np.random.default_rng(0)
 # Photo-like RGB pixels: red brighter than blue on average, as in ImageNet.

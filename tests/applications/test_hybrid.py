@@ -288,12 +288,12 @@ def test_r50_vit_b16_parameter_count_and_shapes():
     try:
         # Variables are created but not initialised: shapes and counts only, in well under a second.
         with keras.StatelessScope(initialize_variables=False):
-            model = R50ViTB16()
+            model = R50ViTB16(weights=None)
             stem = model.get_layer("stem")
             features = tuple(stem.output.shape)
             posemb = tuple(model.get_layer("posembed_input").embeddings.shape)
             outputs, total, stem_params = tuple(model.output.shape), model.count_params(), stem.count_params()
-            big = R50ViTB16(include_top=False, pooling="token", input_shape=(384, 384, 3))
+            big = R50ViTB16(weights=None, include_top=False, pooling="token", input_shape=(384, 384, 3))
             big_shapes = tuple(big.get_layer("stem").output.shape), tuple(big.output.shape)
     finally:
         keras.utils.clear_session()

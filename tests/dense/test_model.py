@@ -16,7 +16,7 @@ from tests.support import BACKEND
 from tests.support.models import randomize
 
 TINY = dict(hidden_dim=16, depth=4, num_heads=2, mlp_dim=32, input_shape=(None, None, 3), include_top=False,
-            pooling=None)
+            pooling=None, weights=None)
 NECK = dict(neck_hidden_sizes=(8, 8, 16, 16), fusion_hidden_size=8, head_hidden_size=4)
 # Class + distillation tokens; LayerScale; rope + registers; no class token (MAP family).
 BACKBONES = ("DeiTTi16", "DINOv2S14", "DINOv3S16", "SigLIPB16")

@@ -62,7 +62,7 @@ def files(tmp_path_factory):
 def model_input(model, photo):
     pixels = np.asarray(Image.open(photo).convert("RGB"))
     size = input_size(model, *pixels.shape[:2])
-    resized = keras_vit.images.resize(pixels, size, "bicubic")  # the dinov2 preprocessing's interpolation
+    resized = keras_vit.data.images.resize(pixels, size, "bicubic")  # the dinov2 preprocessing's interpolation
     return keras_vit.preprocess_input(resized[None], preprocessing=model), pixels.shape[:2], size
 
 

@@ -49,7 +49,7 @@ def test_centre_crop_work_follows_the_output(tmp_path):
         import resource, sys
         sys.argv = ["keras-vit"]  # keras_vit then imports no Keras: the image code is NumPy only
         resource.setrlimit(resource.RLIMIT_AS, ({GIB}, {GIB}))
-        from keras_vit import images
+        from keras_vit.data import images
         try:
             images.center_crop(images.read_image({str(thin)!r}), 224, 0.875)
         except ValueError as error:
@@ -69,7 +69,7 @@ def test_predict_refuses_an_extreme_aspect_ratio_in_one_line(model_file, tmp_pat
 
 @pytest.mark.backend_independent  # NumPy image code
 def test_centre_crop_of_a_long_image_equals_the_full_resize_cropped(rng):
-    from keras_vit import images
+    from keras_vit.data import images
 
     image = rng.integers(0, 256, (7, 640, 3), dtype=np.uint8)
     crop = images.center_crop(image, 16, 0.875)

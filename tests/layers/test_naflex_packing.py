@@ -1,4 +1,4 @@
-"""Packing NaFlex images (`keras_vit.packing`): a packed batch (several images per sequence,
+"""Packing NaFlex images (`keras_vit.data.packing`): a packed batch (several images per sequence,
 attention within each image only, pooling per image) gives each image the outputs of the
 unpacked NaFlex batch within 1e-5 in float32, with MAP and average pooling; the `valid=` path
 is unchanged; a token attending across images is caught."""
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import packing
+from keras_vit.data import packing
+from keras_vit.model.packed import packed_model
 from keras_vit.layers import Encoder
 from tests.support.naflex import budget_batch
 
@@ -38,7 +39,7 @@ def test_packed_batch_gives_each_image_its_unpacked_outputs(head):
     packed, index = packing.pack(batch)
     assert len(packed["patches"]) < len(BUDGETS)  # several images share a row
     expected = keras.ops.convert_to_numpy(model(batch))
-    outputs = keras.ops.convert_to_numpy(packing.packed_model(model)(packed))
+    outputs = keras.ops.convert_to_numpy(packed_model(model)(packed))
     np.testing.assert_allclose(packing.unpack(outputs, index), expected, atol=1e-5, rtol=1e-5)
 
 
@@ -77,4 +78,4 @@ def test_first_fit_and_its_refusals():
     square = keras_vit.VisionTransformer(patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32,
                                          input_shape=(8, 8, 3), classes=3)
     with pytest.raises(ValueError, match="packed_model needs a NaFlex model"):
-        packing.packed_model(square)
+        packed_model(square)

@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import guard, packing
+from keras_vit.model import vision_transformer_model
+from keras_vit.data import packing
+from keras_vit.model.packed import packed_model
 from keras_vit.evaluation.classification import naflex_budget
-from keras_vit.limits import MAX_DIMENSION
+from keras_vit.utils.limits import MAX_DIMENSION
 from keras_vit.training.config import TrainConfig
 from tests.support.naflex import budget_batch
 
@@ -45,7 +47,7 @@ def clean(models):
 
 def _packed(model, batch):
     packed, index = packing.pack(batch)
-    return packing.unpack(packing.packed_model(model)(packed), index), packed, index
+    return packing.unpack(packed_model(model)(packed), index), packed, index
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf])
@@ -56,7 +58,7 @@ def test_non_finite_padding_changes_nothing_packed_or_not(models, clean, head, v
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(models[head](poisoned)), expected[head])
     packed, index = packing.pack(batch)
     packed["patches"] = np.where(packed["segment_ids"][..., None] > 0, packed["patches"], value).astype("float32")
-    outputs = packing.unpack(packing.packed_model(models[head])(packed), index)
+    outputs = packing.unpack(packed_model(models[head])(packed), index)
     np.testing.assert_allclose(outputs, expected[head], atol=1e-5, rtol=1e-5)
 
 
@@ -68,7 +70,7 @@ def test_a_poisoned_neighbour_in_a_packed_row_changes_no_other_image(models, cle
     row = next(r for r in range(len(index)) if (index[r] >= 0).sum() > 1)  # a row of several images
     victim = index[row][0]
     packed["patches"][row][packed["segment_ids"][row] == 1] = value
-    outputs = packing.unpack(packing.packed_model(models[head])(packed), index)
+    outputs = packing.unpack(packed_model(models[head])(packed), index)
     others = np.arange(len(BUDGETS)) != victim
     np.testing.assert_allclose(outputs[others], expected[head][others], atol=1e-5, rtol=1e-5)
     assert not np.isfinite(outputs[victim]).any()  # its own features show it, as unpacked
@@ -162,11 +164,11 @@ def test_the_input_range_guard_covers_naflex_batches(models, clean):
     model = keras_vit.VisionTransformer(patch_size=PATCH, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32,
                                         class_token=False, naflex=True, input_shape=(16, 16, 3), include_top=False,
                                         pooling="avg")
-    with pytest.warns(guard.InputRangeWarning, match="like 0-255 pixels"):
+    with pytest.warns(vision_transformer_model.InputRangeWarning, match="like 0-255 pixels"):
         model.predict(pixels, verbose=0)
     model = keras_vit.VisionTransformer(patch_size=PATCH, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32,
                                         class_token=False, naflex=True, input_shape=(16, 16, 3), include_top=False,
                                         pooling="avg")
     with warnings.catch_warnings():
-        warnings.simplefilter("error", guard.InputRangeWarning)
+        warnings.simplefilter("error", vision_transformer_model.InputRangeWarning)
         model.predict(batch, verbose=0)  # scaled as expected: no warning

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import matmul_precision
+from keras_vit.utils import matmul_precision
 from keras_vit.layers import ClassToken, Encoder, PositionEmbedding, TransformerBlock
 from keras_vit.training import precision
 from benchmarks.numpy_vit import reference_params

@@ -1,5 +1,5 @@
 """`jit_compile=True` on PyTorch compiles each step function once, warm-up included
-(`keras_vit.torch_compile`)."""
+(`keras_vit.utils.torch_compile`)."""
 
 import functools
 

@@ -12,7 +12,7 @@ import keras_vit
 from keras_vit.cli import main
 from keras_vit.dense.data import IGNORE, load_dense_source
 from keras_vit.evaluation.dense import evaluate_dense
-from keras_vit.images import resize
+from keras_vit.data.images import resize
 from keras_vit.training import recipe, train
 from tests.support.dense_data import shape_sample, write_shapes
 

@@ -118,7 +118,7 @@ def test_negative_layer_norm_epsilon_is_refused_from_a_checkpoint(tmp_path):
 
 
 def test_adding_a_field_is_one_declaration(capsys):
-    from keras_vit import fields
+    from keras_vit.config import fields
 
     @dataclasses.dataclass
     class ToyConfig(TrainConfig):

@@ -8,7 +8,7 @@ import pytest
 
 from keras_vit.cli import main
 from keras_vit.families import FAMILIES, HYBRIDS
-from keras_vit.model_config import ViTConfig
+from keras_vit.config.vit_config import ViTConfig
 from keras_vit.training.config import NOT_ARCHITECTURE
 from keras_vit.training.recipes import TrainConfig
 from keras_vit.variants import list_models

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 import keras_vit
-from keras_vit import files
+from keras_vit.utils import files
 from keras_vit.cli import main
 from keras_vit.lora import adapter as lora
 

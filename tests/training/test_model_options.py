@@ -1,5 +1,5 @@
 """The builder's block options as training options (`keras-vit train --set qk_norm=true`, `--mlp swiglu`),
-derived from their one declaration in `model_config`."""
+derived from their one declaration in `keras_vit.config.vit_config`."""
 
 import keras
 

@@ -9,10 +9,10 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import packing
+from keras_vit.model.packed import packed_model
 from keras_vit.data import naflex as naflex_data
 from keras_vit.data.pipeline import Augmentation
-from keras_vit.heads import logits_output
+from keras_vit.model.logits import logits_output
 from keras_vit.training import recipe, train
 from keras_vit.training.config import TrainConfig
 from keras_vit.training.trainer import loss_and_metrics
@@ -56,7 +56,7 @@ def test_a_packed_step_equals_the_unpacked_step(pooling, one_hot):
     plain = _model(pooling)
     expected_loss, expected = _one_step(keras.Model(plain.input, logits_output(plain)[0]), one_hot, inputs, labels)
     model = _model(pooling)
-    loss, weights_after = _one_step(packing.packed_model(model, logits=True), one_hot, packed, packed_labels, weights)
+    loss, weights_after = _one_step(packed_model(model, logits=True), one_hot, packed, packed_labels, weights)
     assert abs(loss - expected_loss) < 1e-5
     assert len(weights_after) == len(expected)
     for after, reference in zip(weights_after, expected):

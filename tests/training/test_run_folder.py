@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import files, run_folder
+from keras_vit import run_folder
+from keras_vit.utils import files
 from keras_vit.cli import main
 from keras_vit.preprocessing import preprocessing
 from keras_vit.training import pretrain, train
@@ -73,6 +74,7 @@ def users_folder(tmp_path):
     return folder
 
 
+@pytest.mark.backend_independent  # the run folder's file logic (plain Python): a training is only its vehicle
 @pytest.mark.parametrize("command", ["train", "pretrain"])
 def test_a_folder_of_other_files_is_refused_as_output_dir(users_folder, command, capsys):
     before = _snapshot(users_folder)
@@ -101,6 +103,7 @@ class SecondRun(keras.callbacks.Callback):
             self.err = err.getvalue()
 
 
+@pytest.mark.backend_independent  # the run folder's file logic (plain Python): a training is only its vehicle
 @pytest.mark.parametrize("command", ["train", "pretrain"])
 def test_a_second_run_is_refused_while_one_holds_the_folder(tmp_path, command, capsys):
     run_dir = tmp_path / "run"
@@ -142,6 +145,7 @@ def finished(tmp_path_factory):
     return runs
 
 
+@pytest.mark.backend_independent  # the run folder's file logic (plain Python): a training is only its vehicle
 @pytest.mark.parametrize("command, name", [(c, n) for c, names in REWRITTEN.items() for n in names])
 def test_a_run_file_is_replaced_only_once_complete(finished, tmp_path, monkeypatch, command, name):
     """A kill while `name` is written (here: its rename fails) leaves the earlier file whole."""
@@ -171,6 +175,7 @@ def test_a_run_file_is_replaced_only_once_complete(finished, tmp_path, monkeypat
     assert not [n for n in os.listdir(os.path.dirname(target)) if n.startswith(files.TMP_PREFIX)]
 
 
+@pytest.mark.backend_independent  # the run folder's file logic (plain Python): a training is only its vehicle
 def test_fresh_removes_what_the_run_wrote_and_nothing_else(finished, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(finished["train"], run_dir)

@@ -16,7 +16,8 @@ import sys
 import keras
 import pytest
 
-from keras_vit import files, run_folder
+from keras_vit import run_folder
+from keras_vit.utils import files
 from keras_vit.cli import main
 from keras_vit.training import checkpointing
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import files
+from keras_vit.utils import files
 from keras_vit.training import TrainingDiverged, optim, recipe, train
 
 # A tiny ViT on the 8x8 digits themselves: 16 tokens of 2x2 pixels, width 48, depth 2, no
@@ -169,6 +169,7 @@ def test_after_a_nan_a_sane_rerun_resumes_from_the_last_finite_state(tmp_path):
     assert result.history["loss"][-1] < result.history["loss"][0]  # and it learns
 
 
+@pytest.mark.backend_independent  # file modes and leftovers of the run folder (plain Python)
 def test_run_folder_files_have_normal_permissions_and_no_leftovers(tmp_path):
     config = _config(tmp_path, epochs=1, depth=1, val_fraction=0.2, checkpoint_every=2)
     checkpoint = os.path.join(config.run_dir, "checkpoint")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from tests.support import one_of_the_others
 from tests.support.checkpoints import randomize_family_model
 
 torch = pytest.importorskip("torch")
@@ -54,7 +55,7 @@ def test_aimv2_learned_table_matches_transformers_at_its_native_size(tmp_path, o
 
 
 def test_aimv2_native_resolution_model_matches_transformers_at_three_sizes(tmp_path):
-    model = _check(_save(tmp_path, is_native=True), tmp_path, [(16, 16), (24, 24), (12, 20)])
+    model = _check(_save(tmp_path, is_native=True), tmp_path, one_of_the_others([(16, 16), (24, 24), (12, 20)]))
     assert not [w for w in model.weights if "posembed" in w.path]
 
 

@@ -322,7 +322,8 @@ def test_formats_without_clip_refuse_it_in_one_line(tower, tmp_path, format):
 def test_clip_builder_without_weights_and_bad_options():
     """Without weights: GELU (OpenCLIP's `ViT-*` configurations), the projection, no patch bias; quick GELU is
     GELU's replacement, refused with the SiLU-gated MLP in one line."""
-    model = keras_vit.CLIPB16(patch_size=8, hidden_dim=32, depth=1, num_heads=4, mlp_dim=64, input_shape=(32, 32, 3))
+    model = keras_vit.CLIPB16(weights=None, patch_size=8, hidden_dim=32, depth=1, num_heads=4, mlp_dim=64,
+                              input_shape=(32, 32, 3))
     assert model.output_shape == (None, 512) and model.get_layer("encoder").quick_gelu is False
     assert model.get_layer("embedding").use_bias is False and model.get_layer("pre_norm").epsilon == 1e-5
     with pytest.raises(ValueError, match=r"^quick_gelu=True replaces the GELU of mlp='gelu'[^\n]*$"):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from tests.support import one_of_the_others
 from tests.support.checkpoints import randomize_family_model
 
 torch = pytest.importorskip("torch")
@@ -42,7 +43,7 @@ def test_dinov3_matches_transformers_at_three_sizes(tmp_path, options):
     model = keras_vit.from_checkpoint(str(tmp_path), input_shape=(None, None, 3))
     assert model.preprocessing == "dinov3"
     assert not [w for w in model.weights if "posembed" in w.path]
-    _assert_matches(model, reference, ((16, 16), (24, 24), (12, 20)), seed=0)
+    _assert_matches(model, reference, one_of_the_others(((16, 16), (24, 24), (12, 20))), seed=0)  # all three over the suite
 
 
 def test_dinov3_options_keras_vit_cannot_run_are_refused_in_one_line(tmp_path):

@@ -166,7 +166,7 @@ def test_leftovers_of_killed_downloads_are_removed(server, tiny_npz):
     import subprocess
     import sys
 
-    from keras_vit.files import TMP_PREFIX
+    from keras_vit.utils.files import TMP_PREFIX
 
     www, base = server
     shutil.copy(tiny_npz, www / "tiny.npz")

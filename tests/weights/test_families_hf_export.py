@@ -17,7 +17,7 @@ from tests.support.models import randomize
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-SMALL = dict(patch_size=8, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64, input_shape=(32, 32, 3))
+SMALL = dict(patch_size=8, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64, input_shape=(32, 32, 3), weights=None)
 X = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
 
 

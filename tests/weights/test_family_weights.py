@@ -13,9 +13,9 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from keras_vit.architecture import ViTConfig
+from keras_vit.model.architecture import ViTConfig
 from keras_vit.families import FAMILIES
-from keras_vit.guard import InputRangeWarning
+from keras_vit.model.vision_transformer_model import InputRangeWarning
 from keras_vit.inference.predict import predict
 from keras_vit.preprocessing import IMAGENET_MEAN, IMAGENET_STD, PREPROCESSING
 from keras_vit.variants import VARIANTS
@@ -106,7 +106,7 @@ def test_named_weights_give_the_model_their_preprocessing(deit_named, tmp_path):
     assert deit_named.preprocessing == "deit"
     assert keras_vit.VisionTransformer(**TINY, weights="tiny_deit", preprocessing="siglip").preprocessing == "siglip"
     assert keras_vit.VisionTransformer(**TINY).preprocessing == "vit"
-    assert keras_vit.DeiTTi16(depth=1, input_shape=(32, 32, 3)).preprocessing == "deit"
+    assert keras_vit.DeiTTi16(weights=None, depth=1, input_shape=(32, 32, 3)).preprocessing == "deit"
     path = str(tmp_path / "deit.keras")
     deit_named.save(path)
     assert keras.saving.load_model(path).preprocessing == "deit"
@@ -137,7 +137,7 @@ def test_predict_scales_and_crops_image_files_by_the_models_preprocessing(deit_n
         paths.append(str(tmp_path / f"{i}.png"))
         Image.fromarray(image).save(paths[-1])
     crop = PREPROCESSING["deit"].crop_fraction
-    from keras_vit import images
+    from keras_vit.data import images
 
     batch = np.stack([images.center_crop(images.read_image(p), TINY_IMAGE, crop, "bicubic") for p in paths])
     logits = keras.ops.convert_to_numpy(deit_named(keras_vit.preprocess_input(batch, preprocessing="deit")))

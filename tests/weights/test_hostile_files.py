@@ -460,7 +460,7 @@ def test_a_checkpoint_is_checked_before_it_is_written(npz, tmp_path):
 
 
 def test_a_failed_write_is_one_line_and_leaves_nothing(npz, tmp_path, capsys, monkeypatch):
-    from keras_vit.files import atomic_path
+    from keras_vit.utils.files import atomic_path
     from keras_vit.weights import containers
 
     def failing(path, tensors):

@@ -39,3 +39,29 @@ def test_class_token_free_keras_file_loads_with_from_checkpoint(case, tmp_path):
     np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded.predict(x, verbose=0)),
                                keras.ops.convert_to_numpy(model.predict(x, verbose=0)), atol=1e-6)
     assert loaded.count_params() == model.count_params()
+
+
+def test_a_keras_file_of_the_previous_layout_loads(tmp_path):
+    """The previous release recorded the models' class as `VisionTransformerModel` of the module
+    `guard` at keras_vit's top (the layout before issue 45); such a file loads: Keras finds the
+    class by its registered name, which did not change."""
+    import json
+    import zipfile
+
+    model = randomize(keras_vit.VisionTransformer(**TINY, pooling="avg", input_shape=(32, 32, 3)))
+    new, old = tmp_path / "new.keras", tmp_path / "old.keras"
+    model.save(new)
+    with zipfile.ZipFile(new) as source, zipfile.ZipFile(old, "w") as target:
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                assert config["registered_name"] == "keras_vit>VisionTransformerModel"
+                config["module"] = "keras_vit.guard"  # the previous layout (regroup45: keep)
+                data = json.dumps(config).encode()
+            target.writestr(item, data)
+    loaded = keras.saving.load_model(old)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    assert type(loaded).__name__ == "VisionTransformerModel"
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded.predict(x, verbose=0)),
+                               keras.ops.convert_to_numpy(model.predict(x, verbose=0)), atol=1e-6)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.model_config import ViTConfig, resolve_own
+from keras_vit.config.vit_config import ViTConfig, resolve_own
 from keras_vit.weights.canonical import Metadata, check_metadata
 
 TINY = dict(patch_size=4, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, include_top=False, pooling="avg")

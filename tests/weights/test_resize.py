@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.interpolation import INTERPOLATIONS
+from keras_vit.config.interpolation import INTERPOLATIONS
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding
 from keras_vit.weights import PretrainedWeights
 from tests.support.checkpoints import original_npz_params

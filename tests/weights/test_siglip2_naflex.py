@@ -8,7 +8,7 @@ import pytest
 
 import keras_vit
 from keras_vit.layers.attention import MultiHeadSelfAttention
-from keras_vit.naflex import budget_size, naflex_inputs, patchify
+from keras_vit.data.naflex_inputs import budget_size, naflex_inputs, patchify
 from tests.support.checkpoints import randomize_family_model
 
 torch = pytest.importorskip("torch")

@@ -11,7 +11,7 @@ import signal
 import numpy as np
 import pytest
 
-from keras_vit.limits import MAX_TENSORS
+from keras_vit.utils.limits import MAX_TENSORS
 from keras_vit.weights import registry
 from keras_vit.weights.download import fetch
 from keras_vit.weights.reading import read_checkpoint

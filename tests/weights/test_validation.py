@@ -238,7 +238,7 @@ HUGE = [
 def test_files_declaring_huge_tensors_are_refused_by_every_reader(tmp_path, reader, key, shape):
     """A few kB file whose tensor declares a shape of 2^40 rows, empty, or a size past int64
     made `convert` hang splitting it into blocks or ask for exabytes; each reader's declared
-    shapes are bounded as they are read (`keras_vit.limits`), before any size is computed."""
+    shapes are bounded as they are read (`keras_vit.utils.limits`), before any size is computed."""
     suffix = {"npz": ".npz", "safetensors": ".safetensors", "torch": ".pth", "h5": ".weights.h5"}[reader]
     source = write_huge(reader, tmp_path / ("in" + suffix), key, shape)
     assert source.stat().st_size < 2**20

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import files
+from keras_vit.utils import files
 from keras_vit.cli import main
 from tests.support.commands import fails
 

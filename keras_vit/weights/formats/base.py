@@ -17,7 +17,7 @@ The callables:
   when `folder`), atomically; `path` is free (the caller checked). None: read-only format.
 
 A format validates nothing itself: every declared shape is bounded where its container
-declares it (`LazyArray`, `keras_vit.limits`), its metadata checked by `check_metadata`, and
+declares it (`LazyArray`, `keras_vit.utils.limits`), its metadata checked by `check_metadata`, and
 its canonical tensors' dtypes and shapes against the architecture by `Checkpoint.check`, all
 in `reading.read_checkpoint`, before the builder or a writer gets them.
 """
@@ -25,7 +25,7 @@ in `reading.read_checkpoint`, before the builder or a writer gets them.
 import dataclasses
 from typing import Callable, Optional
 
-from keras_vit.interpolation import DEFAULT
+from keras_vit.config.interpolation import DEFAULT
 from keras_vit.weights import stems
 from keras_vit.weights.table import Table
 
@@ -48,7 +48,7 @@ class Format:
     `export(format=)` / `convert --format` (default `name`). `canonical_keys`: its keys are the
     canonical ones, so the keys of registered stems pass through as they are.
     `interpolation`: how its library resizes position embeddings (a name of
-    `keras_vit.interpolation.INTERPOLATIONS`), unless the file's `Metadata` says otherwise.
+    `keras_vit.config.interpolation.INTERPOLATIONS`), unless the file's `Metadata` says otherwise.
     `writes_rope`: `write` records rotary position embeddings and the dropped key bias (DINOv3).
     `writes_naflex`: `write` records a NaFlex model (SigLIP 2).
     `writes_eomt`: `write` records an EoMT segmentation model (`keras_vit.dense.eomt`).

@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from keras_vit.variants import LAYER_NORM_EPSILON
-from keras_vit.files import atomic_path, write_json
+from keras_vit.utils.files import atomic_path, write_json
 from keras_vit.preprocessing import preprocessing
 from keras_vit.weights import containers
 from keras_vit.weights.canonical import ATTN, QKV, Metadata
@@ -123,7 +123,7 @@ def metadata(raw, tensors):
 
 def common_config(ckpt, architecture, model_type):
     """The `config.json` entries every transformers ViT family shares, and the labels of a head."""
-    from keras_vit.imagenet import LABELS
+    from keras_vit.data.imagenet import LABELS
 
     grid = ckpt.patch_grid
     size = grid[0] * ckpt.patch_size if grid[0] == grid[1] else [g * ckpt.patch_size for g in grid]

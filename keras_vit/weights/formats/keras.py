@@ -6,7 +6,7 @@ imported then)."""
 
 import re
 
-from keras_vit.files import atomic_path
+from keras_vit.utils.files import atomic_path
 from keras_vit.weights.canonical import Metadata
 from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, HEAD_OPTIONS, Format
 from keras_vit.weights.variables import NORM_VARIABLES, TABLE
@@ -88,7 +88,7 @@ def metadata(raw, tensors):
 
 def write(path, ckpt):
     """A `.keras` model or `.weights.h5` file of the model that holds `ckpt`."""
-    from keras_vit.architecture import ViTConfig
+    from keras_vit.model.architecture import ViTConfig
     from keras_vit.weights.building import build_from_checkpoint
 
     if ckpt.stem is not None:

@@ -22,7 +22,7 @@ import os
 import h5py
 import numpy as np
 
-from keras_vit.files import atomic_path, write_json
+from keras_vit.utils.files import atomic_path, write_json
 from keras_vit.preprocessing import preprocessing
 from keras_vit.variants import LAYER_NORM_EPSILON
 from keras_vit.weights import containers

@@ -1,6 +1,6 @@
 """The Vision Transformer's builder arguments, each declared once.
 
-Every field of `ViTConfig` is declared with `keras_vit.fields.option`: its default, meaning,
+Every field of `ViTConfig` is declared with `keras_vit.config.fields.option`: its default, meaning,
 accepted values and, for those a layer takes, the layer it is relayed to (`to="encoder"`).
 `INPUTS` declares the three arguments that are not configuration (weights and input). From
 these declarations come the signature and docstring of `VisionTransformer` (`SIGNATURE`,
@@ -17,16 +17,16 @@ import math
 import numbers
 from typing import Any, Optional
 
-from keras_vit import fields, interpolation
-from keras_vit.fields import option
-from keras_vit.limits import MAX_DEPTH, MAX_DIMENSION
+from keras_vit.config import fields, interpolation
+from keras_vit.config.fields import option
+from keras_vit.utils.limits import MAX_DEPTH, MAX_DIMENSION
 from keras_vit.preprocessing import check_name
 from keras_vit.variants import ARCHITECTURE_KEYS, LAYER_NORM_EPSILON
 
 POOLINGS = ("token", "avg", "map")
 POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope")
 MLPS = ("gelu", "swiglu")
-SIZES, DEPTHS = f"[1, {MAX_DIMENSION}]", f"[1, {MAX_DEPTH}]"  # bounded (`keras_vit.limits`)
+SIZES, DEPTHS = f"[1, {MAX_DIMENSION}]", f"[1, {MAX_DEPTH}]"  # bounded (`keras_vit.utils.limits`)
 NORMS = ("layernorm", "rmsnorm")
 ROPE_FORMS = ("dinov3", "axial", "mixed")  # the 2-D rotary forms (`keras_vit.layers.rope`)
 SINCOS_FORMS = ("big_vision", "mae")  # the sincos2d frequencies (`keras_vit.layers.sincos_position_embedding`)
@@ -153,7 +153,7 @@ class ViTConfig:
         to=ENCODER)
     interpolation: Optional[str] = option(
         None, "how the position embeddings are resized to another image size, at load time and at run time: a "
-        "name of `keras_vit.interpolation.INTERPOLATIONS` ('bilinear': the original code's, 'bicubic_antialias': "
+        "name of `keras_vit.config.interpolation.INTERPOLATIONS` ('bilinear': the original code's, 'bicubic_antialias': "
         "timm's, 'bicubic': transformers', 'bilinear_antialias': big_vision FlexiViT's); None: the checkpoint's own "
         "library's, else 'bilinear'", group=TOKENS, check=interpolation.check)
     naflex: bool = option(

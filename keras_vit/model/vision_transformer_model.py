@@ -1,5 +1,5 @@
-"""The input-range guard: a model warns, once, when the images it is given are clearly not
-preprocessed as its weights expect.
+"""`VisionTransformerModel`, the class of every keras_vit model, and its input-range guard: a
+model warns, once, when the images it is given are clearly not preprocessed as its weights expect.
 
 Every keras_vit model expects `keras_vit.preprocess_input(pixels, model)`: RGB pixels scaled
 from 0-255 as its weights were trained (`model.preprocessing`: [-1, 1] for the paper's, ImageNet
@@ -17,7 +17,7 @@ import warnings
 import keras
 import numpy as np
 
-from keras_vit.naflex import check_batch
+from keras_vit.data.naflex_inputs import check_batch
 from keras_vit.preprocessing import DEFAULT, preprocessing
 # The mean of the red channel minus the blue one of natural photos in [-1, 1] units is about
 # +0.16 (ImageNet); BGR input shows the opposite sign. Only a batch this large is judged.

@@ -7,7 +7,7 @@ from importlib import resources
 
 import numpy as np
 
-from keras_vit.fields import check_count
+from keras_vit.config.fields import check_count
 
 
 def preprocess_input(x, data_format=None, preprocessing=None):
@@ -34,7 +34,7 @@ def preprocess_input(x, data_format=None, preprocessing=None):
 @functools.lru_cache(maxsize=1)
 def imagenet_classes():
     """The 1000 ImageNet-2012 classes as a list of `(wordnet_id, name)`."""
-    text = resources.files("keras_vit").joinpath("imagenet_classes.json").read_text()
+    text = resources.files("keras_vit.data").joinpath("imagenet_classes.json").read_text()
     index = json.loads(text)
     return [tuple(index[str(i)]) for i in range(len(index))]
 
@@ -45,7 +45,7 @@ def imagenet21k_classes():
     list of `(wordnet_id, name)`. The data: timm's `imagenet21k_goog_synsets.txt` (the order),
     each synset named by the first lemma of its `imagenet_synset_to_lemma.txt` (source line in
     the file's header)."""
-    data = resources.files("keras_vit").joinpath("imagenet21k_classes.txt.gz").read_bytes()
+    data = resources.files("keras_vit.data").joinpath("imagenet21k_classes.txt.gz").read_bytes()
     lines = gzip.decompress(data).decode().splitlines()
     return [tuple(line.split("\t")) for line in lines if not line.startswith("#")]
 

@@ -1,7 +1,7 @@
 """The functional Vision Transformer built from its configuration.
 
 `VARIANTS` (from `keras_vit.variants`) are the named architectures; `ViTConfig` (from
-`keras_vit.model_config`, where every builder argument is declared) is the typed, frozen
+`keras_vit.config.vit_config`, where every builder argument is declared) is the typed, frozen
 configuration shared by the builders (`keras_vit.applications`) and the weights loader
 (`keras_vit.weights`), which both build through `build_model`. Nothing here imports
 `applications` or `weights`.
@@ -11,9 +11,10 @@ import math
 
 import keras
 
-from keras_vit import interpolation as interpolations, limits, matmul_precision
-from keras_vit.guard import VisionTransformerModel
-from keras_vit.torch_compile import compile_once
+from keras_vit.config import interpolation as interpolations
+from keras_vit.utils import limits, matmul_precision
+from keras_vit.model.vision_transformer_model import VisionTransformerModel
+from keras_vit.utils.torch_compile import compile_once
 from keras_vit.layers import ClassToken, Encoder, PatchEmbedding, PositionEmbedding, TokenPooling
 from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.layers.map_head import MAPHead
@@ -22,12 +23,12 @@ from keras_vit.layers.norms import normalization
 from keras_vit.layers.patch_dropout import PatchDropout
 from keras_vit.layers.rope import RopePositionEmbedding
 from keras_vit.layers.sincos_position_embedding import SinCosPositionEmbedding
-from keras_vit.model_config import ENCODER, ViTConfig  # noqa: F401  (part of this module's interface)
+from keras_vit.config.vit_config import ENCODER, ViTConfig  # noqa: F401  (part of this module's interface)
 from keras_vit.preprocessing import DEFAULT as DEFAULT_PREPROCESSING
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS, variant  # noqa: F401  (part of this module's interface)
 
 DEFAULT_SIZE = 224
-# The layer of each `position_embedding` choice (`model_config.POSITION_EMBEDDINGS`).
+# The layer of each `position_embedding` choice (`vit_config.POSITION_EMBEDDINGS`).
 POSITION_EMBEDDING_LAYERS = {"learned": PositionEmbedding, "sincos2d": SinCosPositionEmbedding,
                              "rope": RopePositionEmbedding}
 
@@ -96,7 +97,7 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
     `default_size` `(height, width)` sizes the position-embedding table where `input_shape`
     leaves the image size open (None); the loader passes the checkpoint's resolution.
     A float32 model makes the backend compute float32 products exactly (no TF32; see
-    `keras_vit.matmul_precision`).
+    `keras_vit.utils.matmul_precision`).
     """
     grid = tuple((s or d) // config.stride for s, d in zip(input_shape[:2], default_size))
     limits.check_model_size(

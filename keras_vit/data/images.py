@@ -20,7 +20,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
-from keras_vit.files import regular_file
+from keras_vit.utils.files import regular_file
 
 FORMATS = ("JPEG", "PNG", "GIF", "BMP")
 

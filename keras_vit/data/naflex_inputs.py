@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from keras_vit.limits import MAX_DIMENSION
+from keras_vit.utils.limits import MAX_DIMENSION
 from keras_vit.preprocessing import preprocessing as preprocessing_of
 
 # The bisection's interval and stopping width (transformers': eps=1e-5).
@@ -22,7 +22,7 @@ BATCH_KEYS = ("patches", "spatial_shapes", "mask")  # a NaFlex model's inputs
 
 def check_count(name, value, high=MAX_DIMENSION):
     """`value` as an int if it is a whole number (NumPy's too, not a bool) in [1, `high`]
-    (a patch budget is bounded by `keras_vit.limits`' token bound), else a one-line ValueError."""
+    (a patch budget is bounded by `keras_vit.utils.limits`' token bound), else a one-line ValueError."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or not 1 <= value <= high:
         raise ValueError(f"{name}={value!r} must be a whole number in [1, {high}].")
     return int(value)
