@@ -1,5 +1,9 @@
 """Running the `keras-vit` command line in-process from a test."""
 
+import contextlib
+import io
+import os
+
 import keras
 
 from keras_vit.cli import main
@@ -20,3 +24,24 @@ def fails(argv, capsys, *expected):
     for text in expected:
         assert text in err, err
     return err
+
+
+def run_quietly(argv):
+    """`(exit code, stderr)` of the command line run in-process, its standard output dropped."""
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, err.getvalue()
+
+
+def snapshot(folder):
+    """`{relative path: bytes (None for a folder)}` of everything under `folder`: what a refused
+    command must leave as it was."""
+    found = {}
+    for root, folders, names in os.walk(folder):
+        for name in folders:
+            found[os.path.relpath(os.path.join(root, name), folder)] = None
+        for name in names:
+            with open(os.path.join(root, name), "rb") as handle:
+                found[os.path.relpath(os.path.join(root, name), folder)] = handle.read()
+    return found

@@ -2,9 +2,7 @@
 holds every field of the model group (the architecture, each block option, the NaFlex budgets),
 derived from the declarations; `state.json`'s fields are checked by type and range."""
 
-import contextlib
 import dataclasses
-import io
 import json
 import os
 import shutil
@@ -13,11 +11,11 @@ import h5py
 import keras
 import pytest
 
-from keras_vit.cli import main
 from keras_vit.training import checkpointing, engine
 from keras_vit.training.config import MODEL, TrainConfig
 from keras_vit.training.recipes import recipe
 from keras_vit.training.trainer import Classification
+from tests.support.commands import run_quietly, snapshot
 
 FLAGS = [
     "--image-size", "8", "--patch-size", "4", "--hidden-dim", "16", "--depth", "1", "--num-heads", "2",
@@ -88,20 +86,8 @@ def test_resuming_with_another_model_option_is_refused_in_one_line(tmp_path, fie
     assert "\n" not in message and f"{field}: {saved[field]!r} -> {other[field]!r}" in message
 
 
-def _run(argv):
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    return code, err.getvalue()
 
 
-def _snapshot(folder):
-    found = {}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            with open(os.path.join(root, name), "rb") as handle:
-                found[os.path.relpath(os.path.join(root, name), folder)] = handle.read()
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +96,7 @@ def runs(tmp_path_factory):
     found = {}
     for kind, extra in (("plain", []), ("naflex", NAFLEX)):
         run_dir = tmp_path_factory.mktemp(kind) / "run"
-        code, err = _run(["train", "--output-dir", run_dir, *FLAGS, *extra, "--steps", "1"])
+        code, err = run_quietly(["train", "--output-dir", run_dir, *FLAGS, *extra, "--steps", "1"])
         assert code == 0, err
         found[kind] = run_dir
     return found
@@ -131,11 +117,11 @@ def test_a_resume_with_another_block_option_or_budget_is_refused_nothing_written
     kind, extra, named = RESUMES[case]
     run_dir = tmp_path / "run"
     shutil.copytree(runs[kind], run_dir)
-    before = _snapshot(run_dir)
-    code, err = _run(["train", "--output-dir", run_dir, *FLAGS, *extra, "--steps", "2"])
+    before = snapshot(run_dir)
+    code, err = run_quietly(["train", "--output-dir", run_dir, *FLAGS, *extra, "--steps", "2"])
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert named in err and "--fresh" in err and "--output-dir" in err, err
-    assert _snapshot(run_dir) == before
+    assert snapshot(run_dir) == before
 
 
 # state.json fields of the wrong type or range: (field, value).
@@ -181,7 +167,7 @@ def test_a_step_past_the_runs_end_is_refused_in_one_line(runs, tmp_path):
     state.write_text(json.dumps({**json.loads(state.read_text()), "step": 50}))
     os.rename(run_dir / "checkpoint" / "step-1.weights.h5", run_dir / "checkpoint" / "step-50.weights.h5")
     state.write_text(json.dumps({**json.loads(state.read_text()), "weights": "step-50.weights.h5"}))
-    before = _snapshot(run_dir)
-    code, err = _run(["train", "--output-dir", run_dir, *FLAGS, "--steps", "2"])
+    before = snapshot(run_dir)
+    code, err = run_quietly(["train", "--output-dir", run_dir, *FLAGS, "--steps", "2"])
     assert code == 2 and err.count("\n") == 1 and "is at step 50, past the end of this run (2 steps)" in err, err
-    assert _snapshot(run_dir) == before
+    assert snapshot(run_dir) == before

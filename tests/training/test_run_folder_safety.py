@@ -3,9 +3,7 @@ checkpoint folder is deleted before the state to keep is proven whole; only the 
 heartbeats keras_vit marked count as its own; a disk that fills during a save ends the command
 in one line, exit 75, with the state to resume from intact."""
 
-import contextlib
 import errno
-import io
 import json
 import os
 import shutil
@@ -18,8 +16,8 @@ import pytest
 
 from keras_vit import run_folder
 from keras_vit.utils import files
-from keras_vit.cli import main
 from keras_vit.training import checkpointing
+from tests.support.commands import run_quietly, snapshot
 
 FLAGS = [
     "--image-size", "8", "--patch-size", "4", "--hidden-dim", "16", "--depth", "1", "--num-heads", "2",
@@ -28,31 +26,15 @@ FLAGS = [
 ]
 
 
-def _run(argv):
-    """`(exit code, stderr)` of the command line run in-process."""
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    return code, err.getvalue()
 
 
-def _snapshot(folder):
-    """`{relative path: bytes (None for a folder)}` of everything under `folder`."""
-    found = {}
-    for root, folders, names in os.walk(folder):
-        for name in folders:
-            found[os.path.relpath(os.path.join(root, name), folder)] = None
-        for name in names:
-            with open(os.path.join(root, name), "rb") as handle:
-                found[os.path.relpath(os.path.join(root, name), folder)] = handle.read()
-    return found
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A run folder of 5 steps (one epoch): `checkpoint/step-5.weights.h5` and `best.keras`."""
     run_dir = tmp_path_factory.mktemp("finished") / "run"
-    code, err = _run(["train", "--output-dir", run_dir, *FLAGS, "--steps", "5"])
+    code, err = run_quietly(["train", "--output-dir", run_dir, *FLAGS, "--steps", "5"])
     assert code == 0, err
     return run_dir
 
@@ -82,13 +64,13 @@ def test_a_state_naming_no_whole_weights_file_deletes_nothing(finished, tmp_path
     if DAMAGED[damage]:
         (checkpoint / "step-9.weights.h5").write_bytes(DAMAGED[damage](whole))
     (checkpoint / "state.json").write_text(json.dumps({**state, "step": 9, "weights": "step-9.weights.h5"}))
-    before = _snapshot(run_dir)
-    code, err = _run(["train", "--output-dir", run_dir, *FLAGS, "--steps", "12"])
+    before = snapshot(run_dir)
+    code, err = run_quietly(["train", "--output-dir", run_dir, *FLAGS, "--steps", "12"])
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert _snapshot(run_dir) == before  # the only whole checkpoint (step 5) kept
+    assert snapshot(run_dir) == before  # the only whole checkpoint (step 5) kept
     assert "names step-9.weights.h5" in err and "step-5.weights.h5" in err and "Nothing was deleted" in err, err
     # said to start over: it does
-    assert _run(["train", "--output-dir", run_dir, *FLAGS, "--steps", "1", "--fresh"])[0] == 0
+    assert run_quietly(["train", "--output-dir", run_dir, *FLAGS, "--steps", "1", "--fresh"])[0] == 0
     assert sorted(os.listdir(checkpoint)) == ["state.json", "step-1.weights.h5"]
 
 
@@ -118,20 +100,20 @@ def _make(folder, name, content):
 
 @pytest.mark.backend_independent  # refused (or written) before any backend-specific step
 @pytest.mark.parametrize("entry", USERS)
-def test_a_users_lock_or_hosts_entry_is_never_removed_nor_taken_for_a_run(tmp_path, entry):
+def test_a_users_lock_or_hosts_entry_is_never_removed_nor_taken_for_arun_quietly(tmp_path, entry):
     folder = tmp_path / "mine"
     folder.mkdir()
     _make(folder, *USERS[entry])
-    before = _snapshot(folder)
+    before = snapshot(folder)
     for extra in ([], ["--fresh"], ["--overwrite-output-dir"]):
-        code, err = _run(["train", "--output-dir", folder, *FLAGS, "--steps", "1", *extra])
+        code, err = run_quietly(["train", "--output-dir", folder, *FLAGS, "--steps", "1", *extra])
         if USERS[entry][0] == "hosts" and extra == ["--overwrite-output-dir"]:  # told to: the run writes beside it
             assert code == 0, err
-            assert _snapshot(folder)["hosts"] is None or _snapshot(folder)["hosts"] == before["hosts"]
-            assert {k: v for k, v in _snapshot(folder).items() if k.startswith("hosts")} == before
+            assert snapshot(folder)["hosts"] is None or snapshot(folder)["hosts"] == before["hosts"]
+            assert {k: v for k, v in snapshot(folder).items() if k.startswith("hosts")} == before
             continue
         assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
-        assert _snapshot(folder) == before, (extra, err)
+        assert snapshot(folder) == before, (extra, err)
 
 
 @pytest.mark.backend_independent  # refused (or written) before any backend-specific step
@@ -139,10 +121,10 @@ def test_a_users_lock_or_hosts_entry_is_never_removed_nor_taken_for_a_run(tmp_pa
 def test_a_users_lock_in_a_run_folder_is_refused_and_kept(finished, tmp_path, entry):
     run_dir = _copy(finished, tmp_path)
     _make(run_dir, *USERS[entry])
-    before = _snapshot(run_dir)
-    code, err = _run(["train", "--output-dir", run_dir, *FLAGS, "--steps", "6"])
+    before = snapshot(run_dir)
+    code, err = run_quietly(["train", "--output-dir", run_dir, *FLAGS, "--steps", "6"])
     assert code == 2 and err.count("\n") == 1 and "is not a lock keras_vit wrote" in err, err
-    assert _snapshot(run_dir) == before
+    assert snapshot(run_dir) == before
 
 
 @pytest.mark.backend_independent  # refused (or written) before any backend-specific step
@@ -156,7 +138,7 @@ def test_keras_vits_own_stale_lock_and_heartbeats_are_its_own(tmp_path):
     (folder / "run.lock").write_text(json.dumps(run_folder.signed(_lock(dead.pid))))
     beat = json.dumps(run_folder.signed({"index": 1, "beat": 3}))
     (folder / "hosts" / "host-1.json").write_text(beat)
-    code, err = _run(["train", "--output-dir", folder, *FLAGS, "--steps", "1"])
+    code, err = run_quietly(["train", "--output-dir", folder, *FLAGS, "--steps", "1"])
     assert code == 0, err
     assert not (folder / "run.lock").exists() and (folder / "hosts" / "host-1.json").read_text() == beat
 
@@ -194,17 +176,17 @@ def test_a_full_disk_during_a_save_exits_75_with_the_checkpoint_intact(finished,
     run_dir = _copy(finished, tmp_path)
     state = run_dir / "checkpoint" / "state.json"
     state.write_text(json.dumps({**json.loads(state.read_text()), "best": None}))  # the next epoch's is the best
-    kept = {k: v for k, v in _snapshot(run_dir).items() if k in ("checkpoint/state.json", "checkpoint/step-5.weights.h5")}
+    kept = {k: v for k, v in snapshot(run_dir).items() if k in ("checkpoint/state.json", "checkpoint/step-5.weights.h5")}
     FULL[where](monkeypatch)
-    code, err = _run(["train", "--output-dir", run_dir, *FLAGS, "--steps", "10"])
+    code, err = run_quietly(["train", "--output-dir", run_dir, *FLAGS, "--steps", "10"])
     monkeypatch.undo()
     assert code == 75 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "space" in err and "run the same command again" in err, err
-    after = _snapshot(run_dir)
+    after = snapshot(run_dir)
     assert {k: v for k, v in after.items() if k in kept} == kept
     assert not [name for name in after if os.path.basename(name).startswith(files.TMP_PREFIX)]
     assert not (run_dir / "run.lock").exists()
     # once there is room, the same command resumes from the kept state
-    code, err = _run(["train", "--output-dir", run_dir, *FLAGS, "--steps", "10"])
+    code, err = run_quietly(["train", "--output-dir", run_dir, *FLAGS, "--steps", "10"])
     assert code == 0, err
     assert json.loads(state.read_text())["step"] == 10
