@@ -29,6 +29,7 @@ MLPS = ("gelu", "swiglu")
 SIZES, DEPTHS = f"[1, {MAX_DIMENSION}]", f"[1, {MAX_DEPTH}]"  # bounded (`keras_vit.utils.limits`)
 NORMS = ("layernorm", "rmsnorm")
 ROPE_FORMS = ("dinov3", "axial", "mixed")  # the 2-D rotary forms (`keras_vit.layers.rope`)
+ROPE_THETA = 100.0  # the rotary period unless a model or its checkpoint says otherwise (DINOv3's, RoPE-ViT axial's)
 SINCOS_FORMS = ("big_vision", "mae")  # the sincos2d frequencies (`keras_vit.layers.sincos_position_embedding`)
 MAP_HEADS = ("big_vision", "aimv2")  # the MAP heads (`keras_vit.layers.map_head`)
 ROPE_INDEXINGS = ("xy", "ij")  # the axial form's grid order (timm's `rope_grid_indexing`)
@@ -122,7 +123,7 @@ class ViTConfig:
         "learned", "'learned', the fixed 2-D 'sincos2d' (big_vision) or DINOv3's 2-D rotary 'rope' of the patch "
         "tokens' queries and keys", group=TOKENS, choices=POSITION_EMBEDDINGS)
     rope_theta: float = option(
-        100.0, "period of the rotary embeddings' lowest frequency (DINOv3 and Naver's RoPE-ViT axial: 100; the mixed "
+        ROPE_THETA, "period of the rotary embeddings' lowest frequency (DINOv3 and Naver's RoPE-ViT axial: 100; the mixed "
         "form's initial frequencies: 10)", group=TOKENS, interval="(0, inf)", to=ENCODER)
     rope_form: str = option(
         "dinov3", "the 2-D rotary form: 'dinov3' (normalised patch centres, pairs (i, i + head_dim/2)), 'axial' "

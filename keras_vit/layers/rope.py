@@ -22,8 +22,7 @@ from keras import ops
 
 from keras_vit.config.vit_config import ROPE_FORMS as FORMS
 from keras_vit.config.vit_config import ROPE_INDEXINGS as INDEXINGS
-
-THETA = 100.0
+from keras_vit.config.vit_config import ROPE_THETA as THETA
 
 
 def patch_coordinates(h, w):

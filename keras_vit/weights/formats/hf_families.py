@@ -27,6 +27,7 @@ from keras_vit.weights.formats.timm import fused_qkv_from_canonical, fused_qkv_t
 from keras_vit.weights.lazy import LazyArray, concat
 from keras_vit.weights.table import Row, Table, pairs
 from keras_vit.weights.transforms import heads_to_out, out_to_heads
+from keras_vit.config.vit_config import ROPE_THETA
 
 LAYER = "encoder.layer.{i}."
 DINOV3_LAYER = "layer.{i}."
@@ -194,7 +195,7 @@ def metadata_dinov3(raw, tensors):
     gated = any(".mlp.gate_proj." in k for k in raw.tensors)
     meta = metadata(raw, tensors, preprocessing="dinov3", gelu=not gated)
     key_bias = _dinov3_biases(config, raw.path)[1]
-    return meta.replace(rope_theta=config.get("rope_theta", 100.0), key_bias=key_bias,
+    return meta.replace(rope_theta=config.get("rope_theta", ROPE_THETA), key_bias=key_bias,
                         layer_norm_epsilon=config.get("layer_norm_eps", 1e-5))
 
 

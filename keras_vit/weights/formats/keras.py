@@ -10,6 +10,7 @@ from keras_vit.utils.files import atomic_path
 from keras_vit.weights.canonical import Metadata
 from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, HEAD_OPTIONS, Format
 from keras_vit.weights.variables import NORM_VARIABLES, TABLE
+from keras_vit.config.vit_config import ROPE_THETA
 
 # The variable names of a layer, in storage order, by the layer's name.
 VARIABLES = {"class_token": ("cls",), "posembed_input": ("pos_embedding",), "ln_1": NORM_VARIABLES,
@@ -70,7 +71,7 @@ def metadata(raw, tensors):
     return Metadata(
         grid=_grid(raw.meta.get("config")),
         naflex=naflex or None,
-        rope_theta=encoder.get("rope_theta", 100.0) if rope else None,
+        rope_theta=encoder.get("rope_theta", ROPE_THETA) if rope else None,
         rope_form=encoder.get("rope_form") if rope else None,
         rope_indexing=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("indexing"),
         rope_reference_grid=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("reference_grid"),

@@ -27,6 +27,7 @@ from keras_vit.weights.formats.kerashub import (
 from keras_vit.weights.lazy import LazyArray, concat
 from keras_vit.weights.table import Row, Table, pairs
 from keras_vit.weights.transforms import bias_to_heads, heads_to_bias, heads_of
+from keras_vit.config.vit_config import ROPE_THETA
 
 NORM = ("scale", "bias")
 DROPPED = None  # an embedding variable keras_vit's model has no use for (a mask token, a resized copy)
@@ -333,7 +334,7 @@ def _metadata(family):
             pooling="token" if "predictions/vars/0" in tensors else None,
             preprocessing=family.preprocessing,
             interpolation="bicubic_antialias" if backbone.get("antialias_in_interpolation") else None,
-            rope_theta=backbone.get("rope_theta", 100.0) if rope else None,
+            rope_theta=backbone.get("rope_theta", ROPE_THETA) if rope else None,
             key_bias=bool(backbone.get("use_key_bias", True)) if rope else None,
         )
 
