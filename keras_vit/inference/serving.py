@@ -187,8 +187,9 @@ def _jax_shapes(model):
 def _jax_cannot_trace(model):
     """Whether jax2tf cannot trace `model` at a dynamic size: a DPT head's strided reassembly convolution, whose
     padding jax2tf cannot take as a symbolic expression (the TensorFlow backend's process writes it instead)."""
-    height, width = model.inputs[0].shape[1:3] if not is_naflex(model) else (0, 0)
-    return None in (height, width) and "dpt_head" in [layer.name for layer in model.layers]
+    if "dpt_head" not in [layer.name for layer in model.layers]:
+        return False
+    return not is_naflex(model) and None in tuple(model.inputs[0].shape[1:3])
 
 
 def _run_in_backend(backend, fmt, model_path, output):
