@@ -80,7 +80,8 @@ def _peft_base_warning(adapter):
     from keras_vit.run_folder import metadata
 
     config = metadata(adapter).get("config", {})
-    pooling, class_token = config.get("pooling", "token"), config.get("class_token", True)
+    # null: the named model's own (a class token, pooled, for the paper's variants)
+    pooling, class_token = config.get("pooling") or "token", config.get("class_token")
     if pooling == "token" and class_token is not False:
         return None
     return (f"warning: the run's base model pools by {pooling!r}{'' if class_token is not False else ' without a class token'}; "
