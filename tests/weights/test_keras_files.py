@@ -1,5 +1,6 @@
 """`from_checkpoint` of keras_vit's own `.keras` files for the models without a class token:
-SigLIP's MAP head, registers, fixed sin-cos tables at their saved size, AIMv2's options, NaFlex."""
+SigLIP's MAP head, registers, fixed sin-cos tables at their saved size, AIMv2's options, NaFlex,
+query / key norms."""
 
 import keras
 import numpy as np
@@ -17,6 +18,8 @@ CASES = {
     "sincos_at_its_size": dict(pooling="avg", position_embedding="sincos2d"),
     "aimv2": AIMV2,
     "naflex": dict(pooling="map", naflex=True),
+    "qk_layernorm": dict(pooling="avg", qk_norm=True),  # the per-head query / key norms' variables are named
+    "qk_rmsnorm": dict(pooling="avg", qk_norm=True, norm="rmsnorm"),
 }
 
 

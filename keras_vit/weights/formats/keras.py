@@ -17,7 +17,8 @@ VARIABLES = {"class_token": ("cls",), "posembed_input": ("pos_embedding",), "ln_
              "ln_2": NORM_VARIABLES, "encoder_norm": NORM_VARIABLES, "ls_1": ("gamma",), "ls_2": ("gamma",),
              "attention": ("rope_frequencies",), "embedding_norm": NORM_VARIABLES,
              "map_head": ("probe",), "ln": NORM_VARIABLES, "registers": ("tokens",),
-             "norm": NORM_VARIABLES, "fc_norm": NORM_VARIABLES, "pre_norm": NORM_VARIABLES}
+             "norm": NORM_VARIABLES, "fc_norm": NORM_VARIABLES, "pre_norm": NORM_VARIABLES,
+             "q_norm": NORM_VARIABLES, "k_norm": NORM_VARIABLES}
 _STORED = re.compile(r"(?P<layer>.*?)(?P<name>[^/]+)/vars/(?P<position>\d+)\Z")
 
 
