@@ -211,3 +211,19 @@ def test_naflex_model_exports_to_transformers_and_reads_back_the_same(folder, tm
             {k: v for k, v in configs[1].items() if k not in _PROVENANCE}
     processor = transformers.Siglip2ImageProcessor.from_pretrained(tmp_path / "out")
     assert (processor.patch_size, processor.max_num_patches) == (TINY["patch_size"], TINY["num_patches"])
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("patch_size", [2, 8])  # 2: 48 = 2 x 2 x 12 was read as 12 channels
+def test_a_patch_size_that_contradicts_the_embedding_is_refused(folder, tmp_path, patch_size):
+    """`config.json`'s `patch_size` against the patch embedding's inputs (4 x 4 x 3 = 48): one line, never a model
+    that cuts the images into other patches."""
+    import json
+    import shutil
+
+    shutil.copytree(folder[0], tmp_path / "model")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    (tmp_path / "model" / "config.json").write_text(json.dumps({**config, "patch_size": patch_size}))
+    with pytest.raises(ValueError, match=f"48 inputs, not patch_size={patch_size} squared times 3 channels") as refused:
+        keras_vit.from_checkpoint(str(tmp_path / "model"))
+    assert "\n" not in str(refused.value)

@@ -217,10 +217,11 @@ def prepare_siglip2(raw):
     if key in tensors and len(tensors[key].shape) == 2:
         width, values = tensors[key].shape
         config = _config(raw)
-        patch = config_pair(config["patch_size"], "patch_size", raw.path)[0] if "patch_size" in config else math.isqrt(values // 3)
-        channels = values // (patch * patch) if patch else 0
-        if not channels or channels * patch * patch != values:
-            raise ValueError(f"{raw.path}: {key} has {values} inputs, not patch_size={patch} squared times channels.")
+        channels = 3  # RGB: keras_vit's models take three channels
+        patch = config_pair(config["patch_size"], "patch_size", raw.path)[0] if "patch_size" in config else math.isqrt(values // channels)
+        if channels * patch * patch != values:
+            raise ValueError(f"{raw.path}: {key} has {values} inputs, not patch_size={patch} squared times "
+                             f"{channels} channels.")
         tensors[key] = tensors[key].reshape(width, patch, patch, channels).transpose(0, 3, 1, 2)
     return tensors
 
