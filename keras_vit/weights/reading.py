@@ -54,7 +54,14 @@ def read_raw(raw, num_heads=None):
         )
     check_heads(heads, width, raw.path)
     tensors = fmt.to_canonical(tensors, heads, what=f"checkpoint {raw.path}")
-    ckpt = Checkpoint(raw.path, fmt.name, tensors, heads, meta.grid, {"interpolation": fmt.interpolation, **meta.options})
+    options = dict(meta.options)
+    declared = options.pop("depth", None)  # the blocks are counted from the tensors; a record must agree
+    ckpt = Checkpoint(raw.path, fmt.name, tensors, heads, meta.grid, {"interpolation": fmt.interpolation, **options})
+    if declared is not None and declared != ckpt.depth:
+        raise ValueError(
+            f"{raw.path}: its configuration declares {declared} blocks but its tensors hold {ckpt.depth}; "
+            "expected a configuration that matches its weights."
+        )
     ckpt.check()
     return ckpt
 

@@ -97,3 +97,69 @@ def test_a_family_config_null_is_refused_not_read_as_absent(dinov3_folder, tmp_p
     assert "\n" not in str(refused.value)
     fails(["convert", folder, tmp_path / "out", "--format", "hf"], capsys, f"{key} is null")
     assert not (tmp_path / "out").exists()
+
+
+PLAIN = {**ARCH, "qk_norm": False, "layer_scale_init": None}
+
+
+def _declaring(folder, tmp_path, edit):
+    """A copy of `folder` whose `config.json` is changed by `edit(config)` (in place)."""
+    copy = tmp_path / "declared"
+    copy.mkdir()
+    for name in os.listdir(folder):
+        (copy / name).write_bytes((folder / name).read_bytes())
+    config = json.loads((copy / "config.json").read_text())
+    edit(config)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+def _hf_vit(tmp_path):
+    keras_vit.weights.export(keras_vit.VisionTransformer(**PLAIN), tmp_path / "vit", format="hf")
+    return tmp_path / "vit", lambda config, n: config.update(num_hidden_layers=n), 2
+
+
+def _kerashub_vit(tmp_path):
+    keras_vit.weights.export(keras_vit.VisionTransformer(**PLAIN, approximate_gelu=False), tmp_path / "hub", format="kerashub")
+    return tmp_path / "hub", lambda config, n: config["config"].update(num_layers=n), 2
+
+
+def _dinov3(tmp_path):
+    return _hf_saved(tmp_path, transformers.DINOv3ViTModel(transformers.DINOv3ViTConfig(**DINOV3))), \
+        lambda config, n: config.update(num_hidden_layers=n), 1
+
+
+def _siglip(tmp_path):
+    config = transformers.SiglipVisionConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                             intermediate_size=64, image_size=16, patch_size=4)
+    return _hf_saved(tmp_path, transformers.SiglipVisionModel(config)), lambda c, n: c.update(num_hidden_layers=n), 1
+
+
+def _clip_pair(tmp_path):
+    vision = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=16,
+                  patch_size=4, projection_dim=8)
+    text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, projection_dim=8,
+                vocab_size=64, max_position_embeddings=8)
+    model = transformers.CLIPModel(transformers.CLIPConfig(vision_config=vision, text_config=text, projection_dim=8))
+    return _hf_saved(tmp_path, model), lambda c, n: c["vision_config"].update(num_hidden_layers=n), 1
+
+
+def _hf_saved(tmp_path, model):
+    model.eval().save_pretrained(tmp_path / "saved")
+    return tmp_path / "saved"
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("layout", [_hf_vit, _kerashub_vit, _dinov3, _siglip, _clip_pair], ids=lambda f: f.__name__[1:])
+def test_a_config_declaring_another_block_count_than_its_tensors_is_refused(tmp_path, capsys, layout):
+    folder, declare, depth = layout(tmp_path)
+    assert keras_vit.from_checkpoint(str(folder)).count_params() > 0  # the config as written reads
+    for declared in (depth + 1, depth - 1 or depth + 5):
+        (tmp_path / str(declared)).mkdir()
+        bad = _declaring(folder, tmp_path / str(declared), lambda config: declare(config, declared))
+        with pytest.raises(ValueError, match=f"declares {declared} blocks.*tensors hold {depth}") as refused:
+            keras_vit.from_checkpoint(str(bad))
+        assert "\n" not in str(refused.value)
+    capsys.readouterr()  # transformers' progress bars from writing the folder
+    fails(["convert", bad, tmp_path / "out", "--format", "hf"], capsys, f"declares {declared} blocks")
+    assert not (tmp_path / "out").exists()

@@ -62,7 +62,7 @@ def metadata(raw, tensors):
     config = raw.meta.get("config") or {}
     return Metadata(approximate_gelu=gelu(config), num_heads=config.get("num_attention_heads"),
                     grid=config_grid(config, raw.path), layer_norm_epsilon=config.get("layer_norm_eps"),
-                    preprocessing="eomt")
+                    preprocessing="eomt", depth=config.get("num_hidden_layers"))
 
 
 def detect(raw):

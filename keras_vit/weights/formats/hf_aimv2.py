@@ -103,6 +103,7 @@ def metadata(raw, tensors):
         layer_norm_epsilon=config.get("rms_norm_eps", 1e-5),
         preprocessing="aimv2",
         sincos_form="mae" if native else None,
+        depth=config.get("num_hidden_layers"),
     )
 
 

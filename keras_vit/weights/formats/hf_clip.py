@@ -70,6 +70,7 @@ def metadata(raw, tensors):
         layer_norm_epsilon=config.get("layer_norm_eps", EPSILON),
         pooling="token",
         preprocessing="clip",
+        depth=config.get("num_hidden_layers"),
     )
 
 

@@ -257,6 +257,7 @@ def metadata(raw, tensors, preprocessing=None, hidden_act="gelu", gelu=True):
         grid=huggingface.config_grid(config, raw.path),
         layer_norm_epsilon=config.get("layer_norm_eps"),
         preprocessing=preprocessing,
+        depth=config.get("num_hidden_layers"),
     )
 
 

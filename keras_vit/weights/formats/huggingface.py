@@ -118,6 +118,7 @@ def metadata(raw, tensors):
         num_heads=config.get("num_attention_heads"),
         grid=config_grid(config, raw.path),
         layer_norm_epsilon=config.get("layer_norm_eps"),
+        depth=config.get("num_hidden_layers"),
     )
 
 

@@ -163,6 +163,7 @@ def metadata(raw, tensors):
         grid=grid,
         layer_norm_epsilon=backbone.get("layer_norm_epsilon"),
         pooling="token" if "predictions/vars/0" in tensors else None,  # `prepare` refuses other heads
+        depth=backbone.get("num_layers"),
     )
 
 

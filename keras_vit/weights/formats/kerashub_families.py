@@ -336,6 +336,7 @@ def _metadata(family):
             interpolation="bicubic_antialias" if backbone.get("antialias_in_interpolation") else None,
             rope_theta=backbone.get("rope_theta", ROPE_THETA) if rope else None,
             key_bias=bool(backbone.get("use_key_bias", True)) if rope else None,
+            depth=backbone.get("num_layers"),
         )
 
     return metadata
