@@ -60,6 +60,11 @@ def read_text_tower(folder):
     text = config.get("text_config", {}) if pair else config
     settings = text_config(family, text, config.get("projection_dim") if pair else None, os.path.join(folder, "config.json"),
                            legacy_argmax=kind not in EOS_POOLED)
+    held = {int(key.split(".")[2]) for key in tensors if key.startswith("encoder.layers.")}
+    if held != set(range(settings.depth)):
+        count = len(held) if held == set(range(len(held))) else f"blocks {sorted(held)}"
+        raise ValueError(f"{folder}: its config.json declares {settings.depth} text blocks but its tensors hold {count}; "
+                         "expected a configuration that matches its weights.")
     scale, bias = (tensors.pop(name, None) for name in ("logit_scale", "logit_bias"))
     return TextTower(folder, settings, tensors, scale, bias, pair)
 

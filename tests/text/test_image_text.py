@@ -192,6 +192,23 @@ def test_folders_without_a_text_tower_or_a_fitting_tokenizer_are_refused(siglip,
         keras_vit.ImageTextModel.from_checkpoint(tmp_path / "small")
 
 
+def test_a_text_config_declaring_another_block_count_than_its_tensors_is_refused(siglip, tmp_path):
+    folder = siglip[0]
+    depth = json.load(open(os.path.join(folder, "config.json")))["text_config"]["num_hidden_layers"]
+    for declared in (depth + 1, depth - 1):
+        copy = tmp_path / str(declared)
+        copy.mkdir()
+        for name in os.listdir(folder):
+            os.link(os.path.join(folder, name), copy / name)
+        config = json.load(open(os.path.join(folder, "config.json")))
+        config["text_config"]["num_hidden_layers"] = declared
+        os.unlink(copy / "config.json")
+        (copy / "config.json").write_text(json.dumps(config))
+        with pytest.raises(ValueError, match=f"declares {declared} text blocks but its tensors hold {depth}") as error:
+            keras_vit.ImageTextModel.from_checkpoint(copy)
+        assert "\n" not in str(error.value)
+
+
 def test_image_processing_reads_the_preprocessor_config():
     clip = image_processing.from_preprocessor_config(
         {"size": {"shortest_edge": 224}, "crop_size": {"height": 224, "width": 224}, "do_center_crop": True,
