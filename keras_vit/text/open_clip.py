@@ -52,6 +52,9 @@ def read(folder, tensors, meta):
         raise ValueError(f"{folder}: the OpenCLIP text tower lacks {', '.join(missing)}.")
     vocab, width = tensors["token_embedding.weight"].shape
     depth = sum(1 for key in tensors if key.startswith("transformer.resblocks.") and key.endswith(".ln_1.weight"))
+    if text.get("layers", depth) != depth:
+        raise ValueError(f"{folder}: its open_clip_config.json declares {text['layers']} text blocks but its tensors "
+                         f"hold {depth}; expected a configuration that matches its weights.")
     heads = text.get("heads") or width // HEAD_WIDTH
     context = tensors["positional_embedding"].shape[0]
     tokenizer = tokenizer_from_folder(folder, "clip", context, vocab)

@@ -67,6 +67,12 @@ def test_bad_open_clip_folders_are_refused_in_one_line(open_clip, tmp_path):
     with pytest.raises(ValueError, match=r"hf_model_name.*keras_vit reads OpenCLIP's CLIP text transformer") as error:
         keras_vit.ImageTextModel.from_checkpoint(edited)
     assert "\n" not in str(error.value)
+    layers = config["model_cfg"]["text_cfg"]["layers"]
+    config["model_cfg"]["text_cfg"] = {**config["model_cfg"]["text_cfg"], "hf_model_name": None, "layers": layers + 1}
+    with open(os.path.join(edited, "open_clip_config.json"), "w", encoding="utf-8") as handle:
+        json.dump(config, handle)
+    with pytest.raises(ValueError, match=f"declares {layers + 1} text blocks but its tensors hold {layers}"):
+        keras_vit.ImageTextModel.from_checkpoint(edited)
     bare = str(tmp_path / "no_tokenizer")
     os.makedirs(bare)
     for name in ("open_clip_model.safetensors", "open_clip_config.json"):

@@ -102,15 +102,15 @@ def test_a_family_config_null_is_refused_not_read_as_absent(dinov3_folder, tmp_p
 PLAIN = {**ARCH, "qk_norm": False, "layer_scale_init": None}
 
 
-def _declaring(folder, tmp_path, edit):
-    """A copy of `folder` whose `config.json` is changed by `edit(config)` (in place)."""
+def _declaring(folder, tmp_path, edit, name="config.json"):
+    """A copy of `folder` whose configuration file `name` is changed by `edit(config)` (in place)."""
     copy = tmp_path / "declared"
     copy.mkdir()
-    for name in os.listdir(folder):
-        (copy / name).write_bytes((folder / name).read_bytes())
-    config = json.loads((copy / "config.json").read_text())
+    for file in os.listdir(folder):
+        (copy / file).write_bytes((folder / file).read_bytes())
+    config = json.loads((copy / name).read_text())
     edit(config)
-    (copy / "config.json").write_text(json.dumps(config))
+    (copy / name).write_text(json.dumps(config))
     return copy
 
 
@@ -144,19 +144,29 @@ def _clip_pair(tmp_path):
     return _hf_saved(tmp_path, model), lambda c, n: c["vision_config"].update(num_hidden_layers=n), 1
 
 
+def _open_clip(tmp_path):
+    from tests.support.text import open_clip_folder
+
+    model = open_clip_folder(str(tmp_path / "open_clip"))
+    return tmp_path / "open_clip", lambda c, n: c["model_cfg"]["vision_cfg"].update(layers=n), \
+        model.config.vision_config.num_hidden_layers
+
+
 def _hf_saved(tmp_path, model):
     model.eval().save_pretrained(tmp_path / "saved")
     return tmp_path / "saved"
 
 
 @pytest.mark.backend_independent
-@pytest.mark.parametrize("layout", [_hf_vit, _kerashub_vit, _dinov3, _siglip, _clip_pair], ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize("layout", [_hf_vit, _kerashub_vit, _dinov3, _siglip, _clip_pair, _open_clip],
+                         ids=lambda f: f.__name__[1:])
 def test_a_config_declaring_another_block_count_than_its_tensors_is_refused(tmp_path, capsys, layout):
     folder, declare, depth = layout(tmp_path)
+    name = "open_clip_config.json" if layout is _open_clip else "config.json"
     assert keras_vit.from_checkpoint(str(folder)).count_params() > 0  # the config as written reads
     for declared in (depth + 1, depth - 1 or depth + 5):
         (tmp_path / str(declared)).mkdir()
-        bad = _declaring(folder, tmp_path / str(declared), lambda config: declare(config, declared))
+        bad = _declaring(folder, tmp_path / str(declared), lambda config: declare(config, declared), name)
         with pytest.raises(ValueError, match=f"declares {declared} blocks.*tensors hold {depth}") as refused:
             keras_vit.from_checkpoint(str(bad))
         assert "\n" not in str(refused.value)

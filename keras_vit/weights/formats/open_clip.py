@@ -75,7 +75,7 @@ def metadata(raw, tensors):
     mean = (raw.meta.get("open_clip_config") or {}).get("preprocess_cfg", {}).get("mean")
     return Metadata(
         approximate_gelu=False, quick_gelu=model.get("quick_gelu", False) if model else None, num_heads=heads, grid=grid,
-        layer_norm_epsilon=EPSILON, pooling="token",
+        layer_norm_epsilon=EPSILON, pooling="token", depth=vision.get("layers"),
         preprocessing="siglip" if isinstance(mean, list) and tuple(mean) == HALF else "clip",  # "siglip": mean / std 0.5
     )
 
