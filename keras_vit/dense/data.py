@@ -37,6 +37,8 @@ class DenseSource:
     train: list
     validation: list
     class_names: Optional[list] = None  # semantic: one name per class id
+    depth_scale: Optional[float] = None  # a 16-bit depth PNG holds depth x depth_scale (None: 1)
+    sizes: Optional[tuple] = None  # (train, validation) where the splits are datasets, not pair lists
 
     @property
     def num_classes(self):
@@ -44,16 +46,16 @@ class DenseSource:
 
     @property
     def train_size(self):
-        return len(self.train)
+        return self.sizes[0] if self.sizes else len(self.train)
 
     @property
     def validation_size(self):
-        return len(self.validation)
+        return self.sizes[1] if self.sizes else len(self.validation)
 
 
-def read_target(path):
+def read_target(path, depth_scale=None):
     """A target file as an array `(H, W)`: a mask's class ids (uint8; a palette PNG's indices), a
-    depth map (float32: a 16-bit PNG's values, or an `.npy` array)."""
+    depth map (float32: a 16-bit PNG's values divided by `depth_scale`, or an `.npy` array)."""
     path = os.fsdecode(path)
     if path.endswith(".npy"):
         array = np.load(regular_file(path, "as a depth map"), allow_pickle=False)
@@ -65,7 +67,9 @@ def read_target(path):
             raise ValueError(f"{path}: a {image.mode} PNG; a target must have one channel (class ids: 8-bit grey or "
                              "palette; depth: 16-bit grey).")
         array = np.asarray(image)
-    return array.astype(np.uint8) if image.mode in ("L", "P") else array.astype(np.float32)
+    if image.mode in ("L", "P"):
+        return array.astype(np.uint8)
+    return array.astype(np.float32) / np.float32(depth_scale or 1)
 
 
 def image_size(path):
@@ -142,12 +146,34 @@ def held_out(count, fraction, seed):
     return np.setdiff1d(np.arange(count), held), np.sort(held)
 
 
-def load_dense_source(root, task, *, val_fraction=None, seed=0):
-    """The `DenseSource` of the folder `root` for `task` ("semantic" or "depth"), every pair checked."""
+def source_options(config):
+    """The keyword arguments of `load_dense_source` that a run's config (a dict, as in `config.json`) sets."""
+    names = ("val_fraction", "seed", "depth_scale", "data_dir", "manual_dir", "download", "train_split", "val_split")
+    return {name: config[name] for name in names if config.get(name) is not None}
+
+
+def check_depth_scale(depth_scale):
+    """`depth_scale` if None or a finite number > 0, else ValueError."""
+    if depth_scale is not None and (isinstance(depth_scale, bool) or not isinstance(depth_scale, (int, float))
+                                    or not 0 < depth_scale < float("inf")):
+        raise ValueError(f"depth_scale={depth_scale!r} must be a number > 0 (a 16-bit depth PNG holds depth x "
+                         "depth_scale: KITTI 256, NYU's millimetres 1000).")
+    return depth_scale
+
+
+def load_dense_source(data, task, *, val_fraction=None, seed=0, depth_scale=None, **tfds_options):
+    """The `DenseSource` of `data` for `task` ("semantic" or "depth"): a folder (every pair checked) or a
+    tensorflow-datasets name of `keras_vit.dense.tfds_data.BUILDERS` (`tfds_options`: its `data_dir`,
+    `manual_dir`, `download`, `train_split`, `val_split`)."""
+    from keras_vit.dense.tfds_data import is_tfds_name, load_tfds_source  # TensorFlow, for these only
+
     if task not in TARGETS:
         raise ValueError(f"Unknown task {task!r}; expected one of {tuple(TARGETS)}.")
-    root = os.fspath(root)
+    check_depth_scale(depth_scale)
+    root = os.fspath(data)
     if not os.path.isdir(root):
+        if is_tfds_name(root):
+            return load_tfds_source(root, task, val_fraction=val_fraction, seed=seed, **tfds_options)
         raise ValueError(f"No such data folder: {root} (expected {root}/images/ and {root}/{TARGETS[task][0]}/).")
     val_root = next((os.path.join(root, n) for n in VALIDATION_FOLDERS if os.path.isdir(os.path.join(root, n))), None)
     if os.path.isdir(os.path.join(root, "train")) and val_root:
@@ -165,4 +191,4 @@ def load_dense_source(root, task, *, val_fraction=None, seed=0):
     else:
         for pair in train + validation:
             check_pair(*pair, task, None)
-    return DenseSource(root, task, train, validation, names)
+    return DenseSource(root, task, train, validation, names, depth_scale)
