@@ -146,12 +146,6 @@ def held_out(count, fraction, seed):
     return np.setdiff1d(np.arange(count), held), np.sort(held)
 
 
-def source_options(config):
-    """The keyword arguments of `load_dense_source` that a run's config (a dict, as in `config.json`) sets."""
-    names = ("val_fraction", "seed", "depth_scale", "data_dir", "manual_dir", "download", "train_split", "val_split")
-    return {name: config[name] for name in names if config.get(name) is not None}
-
-
 def check_depth_scale(depth_scale):
     """`depth_scale` if None or a finite number > 0, else ValueError."""
     if depth_scale is not None and (isinstance(depth_scale, bool) or not isinstance(depth_scale, (int, float))
@@ -161,19 +155,14 @@ def check_depth_scale(depth_scale):
     return depth_scale
 
 
-def load_dense_source(data, task, *, val_fraction=None, seed=0, depth_scale=None, **tfds_options):
-    """The `DenseSource` of `data` for `task` ("semantic" or "depth"): a folder (every pair checked) or a
-    tensorflow-datasets name of `keras_vit.dense.tfds_data.BUILDERS` (`tfds_options`: its `data_dir`,
-    `manual_dir`, `download`, `train_split`, `val_split`)."""
-    from keras_vit.dense.tfds_data import is_tfds_name, load_tfds_source  # TensorFlow, for these only
-
+def load_dense_source(root, task, *, val_fraction=None, seed=0, depth_scale=None):
+    """The `DenseSource` of the folder `root` for `task` ("semantic" or "depth"), every pair checked;
+    a 16-bit depth PNG's values divided by `depth_scale`."""
     if task not in TARGETS:
         raise ValueError(f"Unknown task {task!r}; expected one of {tuple(TARGETS)}.")
     check_depth_scale(depth_scale)
-    root = os.fspath(data)
+    root = os.fspath(root)
     if not os.path.isdir(root):
-        if is_tfds_name(root):
-            return load_tfds_source(root, task, val_fraction=val_fraction, seed=seed, **tfds_options)
         raise ValueError(f"No such data folder: {root} (expected {root}/images/ and {root}/{TARGETS[task][0]}/).")
     val_root = next((os.path.join(root, n) for n in VALIDATION_FOLDERS if os.path.isdir(os.path.join(root, n))), None)
     if os.path.isdir(os.path.join(root, "train")) and val_root:

@@ -15,7 +15,8 @@ import os
 
 import numpy as np
 
-from keras_vit.dense.data import check_depth_scale, load_dense_source, source_options
+from keras_vit.dense.data import check_depth_scale
+from keras_vit.dense.sources import load_source, source_options
 from keras_vit.dense.scores import confusion_matrix, depth_errors, mean_depth_errors, segmentation_scores
 from keras_vit.config.fields import check_count
 from keras_vit.run_folder import load_keras_file, metadata
@@ -50,7 +51,7 @@ def recorded_dense_source(model_path, task, data=None, **options):
     if data is None:
         raise ValueError(f"No --data given and no config.json next to {model_path} saying which folder it was "
                          "trained on.")
-    return load_dense_source(data, task, **{**source_options(config), **{k: v for k, v in options.items() if v is not None}})
+    return load_source(data, task, **{**source_options(config), **{k: v for k, v in options.items() if v is not None}})
 
 
 def window_plan(model, config, sliding_window=None, window=None, stride=None):

@@ -13,7 +13,8 @@ import tensorflow_datasets as tfds
 from keras_vit.cli import main
 from keras_vit.data.pipeline import Augmentation
 from keras_vit.dense import pipeline
-from keras_vit.dense.data import IGNORE, load_dense_source
+from keras_vit.dense.data import IGNORE
+from keras_vit.dense.sources import load_source
 from keras_vit.evaluation.dense import evaluate_dense
 from keras_vit.training import recipe, train
 from tests.support.commands import fails
@@ -54,7 +55,7 @@ def mocked(example):
 @pytest.mark.backend_independent  # tf.data code
 def test_oxford_pet_trimaps_are_class_ids_and_pairs_stay_paired_through_the_augmentation():
     with mocked(trimap_example):
-        source = load_dense_source("oxford_iiit_pet", "semantic")
+        source = load_source("oxford_iiit_pet", "semantic")
         assert source.class_names == ["pet", "background", "border"] and source.num_classes == 3
         assert (source.train_size, source.validation_size) == (6, 3)
         image, target = next(iter(pipeline.loaded(source, "validation")))
@@ -73,7 +74,7 @@ def test_oxford_pet_trimaps_are_class_ids_and_pairs_stay_paired_through_the_augm
 @pytest.mark.backend_independent
 def test_nyu_depth_is_read_in_metres_and_resized_by_nearest_neighbour():
     with mocked(depth_example):
-        source = load_dense_source("nyu_depth_v2", "depth", val_split="validation")
+        source = load_source("nyu_depth_v2", "depth", val_split="validation")
         assert source.num_classes is None and source.validation_size == 3
         _, target = next(iter(pipeline.loaded(source, "validation")))
         np.testing.assert_array_equal(target.numpy(), depth_example(0)["depth"].astype(np.float32))
@@ -103,7 +104,7 @@ def test_cityscapes_label_ids_become_the_19_train_ids():
                 "image_id": str(i)}
 
     with mocked(example):
-        source = load_dense_source("cityscapes/semantic_segmentation", "semantic")
+        source = load_source("cityscapes/semantic_segmentation", "semantic")
         _, target = next(iter(pipeline.loaded(source, "train")))
     assert source.num_classes == 19 and source.class_names[13] == "car"
     np.testing.assert_array_equal(target.numpy(), [[0, 1, 18, IGNORE], [13, IGNORE, IGNORE, 11]])
