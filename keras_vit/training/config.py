@@ -86,7 +86,8 @@ class _TrainFields:
 
     task: str = option(
         "classification", "classification, or segmentation (DIR/images/NAME.jpg + DIR/masks/NAME.png, class ids, 255: "
-        "not labelled) or depth (DIR/images + DIR/depth/NAME.png|npy) with a dense head", group=DATA, choices=TASKS)
+        "not labelled) or depth (DIR/images + DIR/depth/NAME.png|npy) with a dense head; or a tensorflow-datasets "
+        "builder with masks / depth (oxford_iiit_pet, cityscapes, nyu_depth_v2)", group=DATA, choices=TASKS)
     data: str = option(
         "digits", "'digits', a tensorflow-datasets name (cifar10, imagenet2012, ...), an image folder "
         "(CLASS/IMAGE) or an .npz", group=DATA, metavar="NAME|DIR|FILE", check=check_data)
