@@ -62,6 +62,7 @@ def run(kitti_like, tmp_path_factory):
     return train(config)
 
 
+@pytest.mark.backend_independent  # how the data is read and written; the model runs alike on each backend
 def test_the_run_records_the_scale_and_evaluate_reuses_it(run):
     with open(os.path.join(run.run_dir, "config.json")) as handle:
         assert json.load(handle)["depth_scale"] == SCALE
@@ -70,6 +71,7 @@ def test_the_run_records_the_scale_and_evaluate_reuses_it(run):
     assert recorded["rmse"] != evaluate_dense(run.best_path, depth_scale=1)["rmse"]  # raw values: other targets
 
 
+@pytest.mark.backend_independent  # how the data is read and written; the model runs alike on each backend
 def test_predict_writes_16_bit_pngs_of_depth_times_the_scale(run, kitti_like, tmp_path, capsys):
     image = os.path.join(kitti_like[0], "images", "5.png")
     assert main(["predict", image, "--model", run.run_dir, "--output", str(tmp_path / "maps.npz")]) == 0

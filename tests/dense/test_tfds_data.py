@@ -83,6 +83,7 @@ def test_nyu_depth_is_read_in_metres_and_resized_by_nearest_neighbour():
         np.concatenate([depth_example(i)["depth"].astype(np.float32).ravel() for i in range(3)])))
 
 
+@pytest.mark.backend_independent  # the data path into the loss; each backend trains in tests/training/test_dense_train.py
 def test_a_tfds_source_trains_with_the_masked_loss(tmp_path):
     config = recipe("digits", task="segmentation", data="oxford_iiit_pet", image_size=16, patch_size=8, hidden_dim=16,
                     depth=1, num_heads=2, mlp_dim=32, batch_size=3, steps=2, tensorboard=False, verbose=0,

@@ -30,6 +30,7 @@ def test_every_named_model_is_a_dense_backbone_with_its_family_options(name):
     assert {k: built[k] for k in options if k in built} == {k: v for k, v in options.items() if k in built}
 
 
+@pytest.mark.backend_independent  # the model the command builds and loads; each backend trains in test_dense_train.py
 def test_a_family_model_trains_from_weights_on_the_command_line(tmp_path, capsys):
     """DINOv2-S/14 shrunk, started with `--weights` from a `.keras` file of its ViT, frozen: the dense
     run's backbone holds that file's weights exactly."""
