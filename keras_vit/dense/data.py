@@ -2,8 +2,8 @@
 
     DIR/images/NAME.{jpg,png}  +  DIR/masks/NAME.png   (segmentation: class ids, 255 = not labelled;
                                                        optional DIR/classes.txt, one class name a line)
-    DIR/images/NAME.{jpg,png}  +  DIR/depth/NAME.{png,npy}   (depth: a 16-bit PNG or a float array;
-                                                       0 = no measurement)
+    DIR/images/NAME.{jpg,png}  +  DIR/depth/NAME.{png,npy}   (depth: a 16-bit PNG, its values divided by
+                                                       `depth_scale`, or a float array; 0 = no measurement)
 
 As the classification folders (`keras_vit.data.sources.from_folder`): `DIR/train/` and `DIR/val/` (or
 `validation/`, `test/`) folders of that layout are the two splits, else `val_fraction` of the pairs
@@ -30,7 +30,8 @@ CLASSES_FILE = "classes.txt"
 
 @dataclasses.dataclass
 class DenseSource:
-    """The `(image path, target path)` pairs of a training and a validation split."""
+    """A training and a validation split: lists of `(image path, target path)` pairs (a folder), or
+    `tf.data` datasets of `(uint8 image, target)` of `sizes` examples (`keras_vit.dense.tfds_data`)."""
 
     name: str
     task: str  # "semantic" or "depth"
