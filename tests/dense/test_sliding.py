@@ -117,7 +117,7 @@ def test_evaluate_with_a_sliding_window_matches_numpy(folder, models, task):
     assert got["examples"] == 4 and got["window"] == "16 px windows 6 px apart"
     expected = numpy_scores(model, folder, task, 6)
     for key in ("miou", "pixel_accuracy") if task == "semantic" else ("abs_rel", "rmse", "delta1"):
-        assert abs(got[key] - expected[key]) < 1e-3, (key, got[key], expected[key])
+        assert abs(got[key] - expected[key]) < 1e-5, (key, got[key], expected[key])  # measured <= 1.5e-7
     whole = evaluate_dense(path, folder)
     assert whole["window"] is None and any(whole[key] != got[key] for key in expected)  # the windows mattered
 
