@@ -86,6 +86,8 @@ QUICK = (
     "tests/text/test_names.py::test_unknown_names_are_refused_in_one_line",
     "tests/inference/test_export_dense.py::test_several_outputs_are_paired_by_name_then_shape",
     "tests/dense/test_named.py::test_offline_is_one_line_naming_the_cache_folder",
+    "tests/dense/test_sliding.py::test_tiling_and_averaging_match_numpy",
+    "tests/dense/test_tfds_data.py::test_cityscapes_label_ids_become_the_19_train_ids",
 )
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 

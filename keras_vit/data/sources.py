@@ -336,7 +336,8 @@ def from_folder(root, *, val_fraction=VAL_FRACTION, on_corrupt="skip", seed=0):
 # --------------------------------------------------------------------------- tensorflow-datasets
 
 
-def _tfds_builder(name, data_dir):
+def tfds_builder(name, data_dir):
+    """The tensorflow-datasets builder `name` (`NAME[/CONFIG]`); ValueError naming close names."""
     import tensorflow_datasets as tfds
 
     try:
@@ -366,7 +367,8 @@ def _features(builder):
     return image_key, label_key
 
 
-def _prepare(builder, name, manual_dir, download):
+def prepare_tfds(builder, name, manual_dir, download):
+    """Downloads and prepares `builder` unless it is; `DatasetUnavailableError` where it cannot."""
     import tensorflow_datasets as tfds
 
     if builder.is_prepared():
@@ -391,6 +393,26 @@ def _prepare(builder, name, manual_dir, download):
         ) from error
 
 
+def tfds_splits(splits, train_split, val_split, val_fraction):
+    """`(train split, validation split)`: the given ones, by default "train" and "validation" (else
+    "test"; else `val_fraction` of the train split held out, its first part)."""
+    train_split = train_split or "train"
+    if val_split is None:
+        val_split = next((s for s in ("validation", "test") if s in splits), None)
+        if val_split is None and not splits:  # metadata unknown (e.g. mocked): assume "test"
+            val_split = "test"
+    if val_split is None:
+        percent = int(round(100 * val_fraction))
+        train_split, val_split = f"{train_split}[{percent}%:]", f"{train_split}[:{percent}%]"
+    return train_split, val_split
+
+
+def tfds_size(dataset):
+    """The number of examples of a `tf.data` dataset (counted where its cardinality is unknown)."""
+    size = int(dataset.cardinality())
+    return size if size >= 0 else int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+
+
 def from_tfds(
     name,
     *,
@@ -405,18 +427,11 @@ def from_tfds(
     """A `Source` from a tensorflow-datasets image-classification dataset."""
     import tensorflow_datasets as tfds
 
-    builder = _tfds_builder(name, data_dir or os.environ.get("TFDS_DATA_DIR"))
+    builder = tfds_builder(name, data_dir or os.environ.get("TFDS_DATA_DIR"))
     image_key, label_key = _features(builder)
-    _prepare(builder, name, manual_dir, download)
+    prepare_tfds(builder, name, manual_dir, download)
     splits = set(builder.info.splits.keys())
-    train_split = train_split or "train"
-    if val_split is None:
-        val_split = next((s for s in ("validation", "test") if s in splits), None)
-        if val_split is None and not splits:  # metadata unknown (e.g. mocked): assume "test"
-            val_split = "test"
-    if val_split is None:
-        percent = int(round(100 * val_fraction))
-        train_split, val_split = f"{train_split}[{percent}%:]", f"{train_split}[:{percent}%]"
+    train_split, val_split = tfds_splits(splits, train_split, val_split, val_fraction)
 
     def read(split, shuffle):
         config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=True)
@@ -427,9 +442,7 @@ def from_tfds(
         return ds.map(lambda ex: (ex[image_key], ex[label_key]), num_parallel_calls=tf.data.AUTOTUNE)
 
     train, validation = read(train_split, True), read(val_split, False)
-    sizes = [int(ds.cardinality()) for ds in (train, validation)]
-    if min(sizes) < 0:
-        sizes = [int(ds.reduce(np.int64(0), lambda n, _: n + 1)) for ds in (train, validation)]
+    sizes = [tfds_size(ds) for ds in (train, validation)]
     return Source(
         name=name,
         train=train,

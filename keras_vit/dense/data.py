@@ -2,8 +2,8 @@
 
     DIR/images/NAME.{jpg,png}  +  DIR/masks/NAME.png   (segmentation: class ids, 255 = not labelled;
                                                        optional DIR/classes.txt, one class name a line)
-    DIR/images/NAME.{jpg,png}  +  DIR/depth/NAME.{png,npy}   (depth: a 16-bit PNG or a float array;
-                                                       0 = no measurement)
+    DIR/images/NAME.{jpg,png}  +  DIR/depth/NAME.{png,npy}   (depth: a 16-bit PNG, its values divided by
+                                                       `depth_scale`, or a float array; 0 = no measurement)
 
 As the classification folders (`keras_vit.data.sources.from_folder`): `DIR/train/` and `DIR/val/` (or
 `validation/`, `test/`) folders of that layout are the two splits, else `val_fraction` of the pairs
@@ -30,13 +30,16 @@ CLASSES_FILE = "classes.txt"
 
 @dataclasses.dataclass
 class DenseSource:
-    """The `(image path, target path)` pairs of a training and a validation split."""
+    """A training and a validation split: lists of `(image path, target path)` pairs (a folder), or
+    `tf.data` datasets of `(uint8 image, target)` of `sizes` examples (`keras_vit.dense.tfds_data`)."""
 
     name: str
     task: str  # "semantic" or "depth"
     train: list
     validation: list
     class_names: Optional[list] = None  # semantic: one name per class id
+    depth_scale: Optional[float] = None  # a 16-bit depth PNG holds depth x depth_scale (None: 1)
+    sizes: Optional[tuple] = None  # (train, validation) where the splits are datasets, not pair lists
 
     @property
     def num_classes(self):
@@ -44,16 +47,16 @@ class DenseSource:
 
     @property
     def train_size(self):
-        return len(self.train)
+        return self.sizes[0] if self.sizes else len(self.train)
 
     @property
     def validation_size(self):
-        return len(self.validation)
+        return self.sizes[1] if self.sizes else len(self.validation)
 
 
-def read_target(path):
+def read_target(path, depth_scale=None):
     """A target file as an array `(H, W)`: a mask's class ids (uint8; a palette PNG's indices), a
-    depth map (float32: a 16-bit PNG's values, or an `.npy` array)."""
+    depth map (float32: a 16-bit PNG's values divided by `depth_scale`, or an `.npy` array)."""
     path = os.fsdecode(path)
     if path.endswith(".npy"):
         array = np.load(regular_file(path, "as a depth map"), allow_pickle=False)
@@ -65,7 +68,9 @@ def read_target(path):
             raise ValueError(f"{path}: a {image.mode} PNG; a target must have one channel (class ids: 8-bit grey or "
                              "palette; depth: 16-bit grey).")
         array = np.asarray(image)
-    return array.astype(np.uint8) if image.mode in ("L", "P") else array.astype(np.float32)
+    if image.mode in ("L", "P"):
+        return array.astype(np.uint8)
+    return array.astype(np.float32) / np.float32(depth_scale or 1)
 
 
 def image_size(path):
@@ -142,10 +147,21 @@ def held_out(count, fraction, seed):
     return np.setdiff1d(np.arange(count), held), np.sort(held)
 
 
-def load_dense_source(root, task, *, val_fraction=None, seed=0):
-    """The `DenseSource` of the folder `root` for `task` ("semantic" or "depth"), every pair checked."""
+def check_depth_scale(depth_scale):
+    """`depth_scale` if None or a finite number > 0, else ValueError."""
+    if depth_scale is not None and (isinstance(depth_scale, bool) or not isinstance(depth_scale, (int, float))
+                                    or not 0 < depth_scale < float("inf")):
+        raise ValueError(f"depth_scale={depth_scale!r} must be a number > 0 (a 16-bit depth PNG holds depth x "
+                         "depth_scale: KITTI 256, NYU's millimetres 1000).")
+    return depth_scale
+
+
+def load_dense_source(root, task, *, val_fraction=None, seed=0, depth_scale=None):
+    """The `DenseSource` of the folder `root` for `task` ("semantic" or "depth"), every pair checked;
+    a 16-bit depth PNG's values divided by `depth_scale`."""
     if task not in TARGETS:
         raise ValueError(f"Unknown task {task!r}; expected one of {tuple(TARGETS)}.")
+    check_depth_scale(depth_scale)
     root = os.fspath(root)
     if not os.path.isdir(root):
         raise ValueError(f"No such data folder: {root} (expected {root}/images/ and {root}/{TARGETS[task][0]}/).")
@@ -165,4 +181,4 @@ def load_dense_source(root, task, *, val_fraction=None, seed=0):
     else:
         for pair in train + validation:
             check_pair(*pair, task, None)
-    return DenseSource(root, task, train, validation, names)
+    return DenseSource(root, task, train, validation, names, depth_scale)

@@ -32,14 +32,29 @@ def pairs_dataset(pairs):
     return tf.data.Dataset.from_tensor_slices((paths[0].astype(bytes), paths[1].astype(bytes)))
 
 
-def load_pair(image_path, target_path, task):
+def load_pair(image_path, target_path, task, depth_scale=None):
     """`(uint8 (H, W, 3) image, (H, W) target)`: the mask's uint8 class ids or the float32 depth."""
     image = augment.to_rgb(tf.io.decode_image(tf.io.read_file(image_path), channels=3, expand_animations=False))
     dtype = TARGET_DTYPES[task]
     # a path comes as bytes in a traced pipeline, as a 0-d array when run eagerly
-    target = tf.numpy_function(lambda path: read_target(np.asarray(path).item()).astype(dtype.as_numpy_dtype),
-                               [target_path], dtype)
+    target = tf.numpy_function(
+        lambda path: read_target(np.asarray(path).item(), depth_scale).astype(dtype.as_numpy_dtype), [target_path], dtype)
     return image, tf.ensure_shape(target, [None, None])
+
+
+def split_elements(source, split):
+    """`(dataset, load)`: the elements of a split of `source` and the function that makes an
+    element's `(image, target)` (a folder's paths are read; a tensorflow-datasets split's are pairs)."""
+    data = source.train if split == "train" else source.validation
+    if isinstance(data, tf.data.Dataset):
+        return data, lambda image, target: (image, target)
+    return pairs_dataset(data), lambda image, target: load_pair(image, target, source.task, source.depth_scale)
+
+
+def loaded(source, split):
+    """The `(uint8 image, target)` pairs of a split of `source`, in order."""
+    data, load = split_elements(source, split)
+    return data.map(load, num_parallel_calls=AUTOTUNE)
 
 
 def nearest(target, size):
@@ -80,12 +95,13 @@ def train_dataset(source, augmentation, batch_size, *, seed=0, start=0, shuffle_
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1.")
     aug = augmentation
-    stream = positioned_stream(source.name, pairs_dataset(source.train), source.train_size, batch_size, seed=seed,
+    data, load = split_elements(source, "train")
+    stream = positioned_stream(source.name, data, source.train_size, batch_size, seed=seed,
                                start=start, shuffle_buffer=shuffle_buffer, shard=shard, part=part)
 
     def example(position, element):
         key = tf.stack([tf.cast(seed, tf.int64), position])
-        image, target = load_pair(*element, source.task)
+        image, target = load(*element)
         return paired_crop(image, target, key, aug.image_size, aug.crop_area, aug.crop_aspect, aug.flip)
 
     stream = stream.map(example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
@@ -98,16 +114,15 @@ def eval_dataset(source, image_size, batch_size, *, split="validation", pad_to_m
 
     With `pad_to_multiple > 1` or `part` every batch has `batch_size` examples (as
     `keras_vit.data.pipeline.eval_dataset`'s), the padding's targets counted nowhere."""
-    pairs = source.validation if split == "validation" else source.train
+    count = source.validation_size if split == "validation" else source.train_size
     parts, part_index = part
-    data = pairs_dataset(pairs)
+    data, load = split_elements(source, split)
     if parts > 1:
         data = data.enumerate().filter(lambda position, _: (position // batch_size) % parts == part_index)
         data = data.map(lambda position, element: element)
-    ds = data.map(lambda *element: whole_resize(*load_pair(*element, source.task), image_size),
-                  num_parallel_calls=AUTOTUNE)
+    ds = data.map(lambda *element: whole_resize(*load(*element), image_size), num_parallel_calls=AUTOTUNE)
     if parts > 1 or pad_to_multiple > 1:
-        batches = -(-len(pairs) // (batch_size * parts))
+        batches = -(-count // (batch_size * parts))
         blank = IGNORE if source.task == "semantic" else 0
         padding = tf.data.Dataset.from_tensors((tf.zeros([image_size, image_size, 3]),
                                                 tf.fill([image_size, image_size], tf.cast(blank, TARGET_DTYPES[source.task]))))

@@ -1,7 +1,7 @@
 """`keras-vit predict` of a dense model: per image file, the class map (semantic, EoMT) or the depth
 map at the image's own size, and how they are written: a colour-coded PNG per image (a fixed
 palette, class 0 first, the class id as the pixel's palette index), a normalised 8- or 16-bit
-depth PNG, or the raw maps (`.npy` / `.npz`, JSON).
+depth PNG or a 16-bit one of depth x a scale, or the raw maps (`.npy` / `.npz`, JSON).
 
 Each image goes through the model whole: resized (the preprocessing's interpolation) to the
 model's input size, or for a model of any size so that its shorter side is the model's position
@@ -71,10 +71,16 @@ def predict_maps(model, paths):
     return task, maps
 
 
-def depth_png(depth, bits=16):
-    """`depth` scaled to the full range of `bits`-bit grey levels (its minimum 0, its maximum the top)."""
+def depth_png(depth, bits=16, scale=None):
+    """`depth` as `bits`-bit grey levels: scaled to their full range (its minimum 0, its maximum the
+    top), or with `scale` (16 bits) the depth x `scale`, rounded and clipped to 0 ... 65535 (as
+    KITTI's x 256 and NYU's millimetres x 1000 store it; `keras_vit.dense.data` reads it back)."""
     if bits not in DEPTH_BITS:
         raise ValueError(f"bits={bits!r}; expected one of {DEPTH_BITS}.")
+    if scale is not None:
+        if bits != 16:
+            raise ValueError(f"A depth scale writes 16-bit PNGs (8-bit grey PNGs are read as masks), not bits={bits}.")
+        return np.round(np.clip(depth * np.float64(scale), 0, 2**16 - 1)).astype(np.uint16)
     low, high = float(depth.min()), float(depth.max())
     scaled = (depth - low) / (high - low) if high > low else np.zeros_like(depth)
     top = 2**bits - 1

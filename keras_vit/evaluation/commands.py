@@ -1,6 +1,8 @@
 """`keras-vit evaluate`: a trained model's accuracy on a data set, or its few-shot linear
 accuracy (`--fewshot`). Light: what a command needs is imported when it runs."""
 
+import argparse
+
 
 def _evaluate(args):
     """`keras-vit evaluate MODEL [--fewshot 1,5,10,25]`: prints the accuracy (per shot count)."""
@@ -13,10 +15,16 @@ def _evaluate(args):
     from keras_vit.evaluation.dense import dense_task, evaluate_dense, report
 
     task, model = dense_task(args.model)
+    dense = {"sliding_window": args.sliding_window, "window": args.window, "stride": args.stride,
+             "depth_scale": args.depth_scale}
     if task is not None:  # segmentation / depth: scored at each image's own size
-        results = evaluate_dense(args.model, args.data, split=args.split, batch_size=args.batch_size, model=model)
+        results = evaluate_dense(args.model, args.data, split=args.split, batch_size=args.batch_size, model=model,
+                                 data_dir=args.data_dir, **dense)
         print("\n".join(report(args.model, results, args.data)))
         return 0
+    given = [f"--{name.replace('_', '-')}" for name, value in dense.items() if value is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}: for a segmentation or depth model; {args.model} is a classifier.")
     from keras_vit.evaluation.classification import evaluate
 
     options = {"data_dir": args.data_dir} if args.data_dir else {}
@@ -87,6 +95,15 @@ def register(subparsers):
     evaluate.add_argument("--data-dir", metavar="DIR", help="tensorflow-datasets data_dir")
     evaluate.add_argument("--split", default="validation", choices=("validation", "train"))
     evaluate.add_argument("--batch-size", type=int, default=128, metavar="INT")
+    evaluate.add_argument("--sliding-window", action=argparse.BooleanOptionalAction, help="segmentation / depth: "
+                          "windows of the model's size over each image, its short side resized to the window, outputs "
+                          "averaged where they overlap (default: as the run's eval_window says, else whole images)")
+    evaluate.add_argument("--window", type=int, metavar="N", help="--sliding-window: the window (default: the "
+                          "model's input size; needed for a model of any size)")
+    evaluate.add_argument("--stride", type=int, metavar="M", help="--sliding-window: pixels between windows (default: "
+                          "the run's eval_stride, else 2/3 of the window)")
+    evaluate.add_argument("--depth-scale", type=float, metavar="S", help="depth: a 16-bit depth PNG holds depth x S "
+                          "(default: the run's depth_scale, else the values as they are)")
     evaluate.add_argument("--fewshot", metavar="1,5,10,25", help="instead: few-shot linear accuracy of the frozen "
                           "representation (paper 4.1) with these training images per class, on the validation split")
     evaluate.add_argument("--seeds", type=int, default=3, metavar="INT", help="--fewshot: draws of the shots (default 3)")

@@ -55,8 +55,11 @@ def _predict_dense(model, args):
 
     if args.output is not None and not args.output.endswith((".npy", ".npz")):
         raise ValueError(f"--output {args.output}: expected a name ending in .npy or .npz.")
+    scale = _depth_scale(args)
     pngs = png_names(args.images, args.out_dir) if args.output is None and not args.json else []
     task, maps = predict_maps(model, args.images)
+    if args.depth_scale is not None and task != "depth":
+        raise ValueError(f"--depth-scale is for a depth model; {args.model} segments.")
     if args.json:
         for path, value in zip(args.images, maps):
             print(json.dumps({"image": path, "task": task, "size": list(value.shape),
@@ -65,8 +68,22 @@ def _predict_dense(model, args):
         save_raw(args.output, args.images, maps)
         print(f"Wrote the raw {'depth' if task == 'depth' else 'class'} maps of {len(maps)} image(s) to {args.output}.")
     for path, png, value in zip(args.images, pngs, maps):
-        write_png(png, depth_png(value, args.bits) if task == "depth" else value, task)
+        write_png(png, depth_png(value, args.bits, scale) if task == "depth" else value, task)
         print(f"{path} -> {png}")
+
+
+def _depth_scale(args):
+    """The depth PNGs' scale: `--depth-scale`, else the `depth_scale` of the depth run `--model` is
+    (a run folder or a `.keras` file beside its `config.json`) with 16-bit PNGs, else None (normalised)."""
+    from keras_vit.dense.data import check_depth_scale
+    from keras_vit.run_folder import BEST, metadata
+
+    if args.depth_scale is not None:
+        return check_depth_scale(args.depth_scale)
+    if not os.path.exists(args.model) or args.bits != 16:
+        return None
+    config = metadata(os.path.join(args.model, BEST) if os.path.isdir(args.model) else args.model).get("config", {})
+    return config.get("depth_scale") if config.get("task") == "depth" else None
 
 
 # The layouts a LoRA adapter is written in (`keras_vit.lora.adapter.LAYOUTS`), as the output says them.
@@ -151,6 +168,9 @@ def register(subparsers):
                        help="where each image's map goes as DIR/NAME.png: classes colour-coded (palette index = class "
                        "id), depth normalised to the PNG's grey levels (default predictions)")
     dense.add_argument("--bits", type=int, choices=(8, 16), default=16, help="bits of a depth PNG (default 16)")
+    dense.add_argument("--depth-scale", type=float, metavar="S", help="a depth PNG holds depth x S (16-bit, clipped "
+                       "to 65535; KITTI 256, NYU's millimetres 1000) instead of the normalised depth (default: the "
+                       "run's depth_scale, if its config.json has one)")
     dense.add_argument("--json", action="store_true", help="print each image's raw map (class ids or depth) as a "
                        "JSON line instead of writing PNGs")
     dense.add_argument("--output", metavar="FILE.npy|FILE.npz", help="save the raw maps instead of PNGs: .npz one "

@@ -86,7 +86,8 @@ class _TrainFields:
 
     task: str = option(
         "classification", "classification, or segmentation (DIR/images/NAME.jpg + DIR/masks/NAME.png, class ids, 255: "
-        "not labelled) or depth (DIR/images + DIR/depth/NAME.png|npy) with a dense head", group=DATA, choices=TASKS)
+        "not labelled) or depth (DIR/images + DIR/depth/NAME.png|npy) with a dense head; or a tensorflow-datasets "
+        "builder with masks / depth (oxford_iiit_pet, cityscapes, nyu_depth_v2)", group=DATA, choices=TASKS)
     data: str = option(
         "digits", "'digits', a tensorflow-datasets name (cifar10, imagenet2012, ...), an image folder "
         "(CLASS/IMAGE) or an .npz", group=DATA, metavar="NAME|DIR|FILE", check=check_data)
@@ -101,6 +102,16 @@ class _TrainFields:
     val_split: Optional[str] = option(
         None, "validation split; default validation, else test, else a held-out part of train", group=DATA,
         metavar="SPLIT")
+    depth_scale: Optional[float] = option(
+        None, "depth: a 16-bit depth PNG holds depth x this (KITTI 256, NYU's millimetres 1000); default: its values "
+        "as they are", group=DATA, interval="(0, inf)")
+    eval_window: str = option(
+        "whole", "segmentation / depth evaluation: whole (each image resized to image_size) or slide (its short side "
+        "resized to image_size, windows of image_size over it, outputs averaged where they overlap)", group=DATA,
+        choices=("whole", "slide"))
+    eval_stride: Optional[int] = option(
+        None, "eval_window slide: the step between windows (default 2/3 of image_size, as mmseg's 512 / 341)",
+        group=DATA, interval="[1, inf)")
     val_fraction: Optional[float] = option(
         None, "fraction of the training data held out when there is no validation split (default 0.2 for "
         "digits, else 0.1)", group=DATA, interval="(0, 1)")
@@ -319,10 +330,17 @@ class _TrainFields:
                              "crop, three_augment, color_jitter, random_erasing and repeated_augment at their defaults.")
 
     def _check_task(self):
+        if self.eval_stride is not None and self.eval_window != "slide":
+            raise ValueError(f"eval_stride={self.eval_stride} is the step of eval_window=slide; set eval_window=slide.")
+        if self.depth_scale is not None and self.task != "depth":
+            raise ValueError(f"depth_scale={self.depth_scale} is for task depth (16-bit depth PNGs), not {self.task}.")
         if self.task == "classification":
             if self.freeze_backbone:
                 raise ValueError("freeze_backbone is for task segmentation / depth; a classifier trains its head "
                                  "alone with linear_probe=true.")
+            if self.eval_window != "whole":
+                raise ValueError("eval_window=slide is for task segmentation / depth (a classifier is evaluated on "
+                                 "the centre crop, eval_crop).")
             return
         unsupported = {"mixup": self.mixup, "cutmix": self.cutmix, "randaugment_ops": self.randaugment_ops,
                        "naflex_seq_lens": self.naflex_seq_lens,

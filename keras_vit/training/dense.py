@@ -13,7 +13,7 @@ import dataclasses
 import keras
 
 from keras_vit import run_folder
-from keras_vit.dense.data import load_dense_source
+from keras_vit.dense import sources as dense_sources
 from keras_vit.dense.losses import loss_and_metrics
 from keras_vit.dense.model import DenseModel
 from keras_vit.dense import pipeline as dense_pipeline
@@ -76,10 +76,10 @@ class DenseTraining(engine.Task):
         if self.source is not None:
             return self.source
         if data is not None and not isinstance(data, (str, bytes)) and not hasattr(data, "__fspath__"):
-            raise ValueError(f"task={config.task} reads a data folder (DIR/images + DIR/masks or DIR/depth), "
-                             f"not {type(data).__name__}.")
-        return load_dense_source(config.data if data is None else data, DENSE_TASKS[config.task],
-                                 val_fraction=config.val_fraction, seed=config.seed)
+            raise ValueError(f"task={config.task} reads a data folder (DIR/images + DIR/masks or DIR/depth) or a "
+                             f"tensorflow-datasets name, not {type(data).__name__}.")
+        return dense_sources.load_source(config.data if data is None else data, DENSE_TASKS[config.task],
+                                         **dense_sources.source_options(config.to_dict()))
 
     def batches(self, config, plan, source, augmentation, batch, setup):
         val_ds = dense_pipeline.eval_dataset(source, config.image_size, batch, pad_to_multiple=plan.pad_multiple,
