@@ -25,6 +25,13 @@ def short_side_size(height, width, window):
                  for side in (height, width))
 
 
+def _padded(crops, most):
+    """`crops` with the last repeated up to the next power of two (at most `most`): a few batch
+    shapes for every image, so a compiled model is compiled a few times, not once per image size."""
+    size = min(most, 1 << (len(crops) - 1).bit_length())
+    return np.concatenate([crops, np.repeat(crops[-1:], size - len(crops), axis=0)]) if size > len(crops) else crops
+
+
 def slide(predict, image, window, stride, batch_size=16):
     """The outputs `(H, W, ...)` of `predict` (a batch of `(window, window, 3)` crops -> their outputs
     `(n, window, window, ...)`) over the image `(H, W, 3)`, averaged where windows overlap."""
@@ -33,7 +40,8 @@ def slide(predict, image, window, stride, batch_size=16):
     total, count = None, np.zeros((height, width), np.float32)
     for first in range(0, len(corners), batch_size):
         batch = corners[first:first + batch_size]
-        outputs = np.asarray(predict(np.stack([image[y:y + window, x:x + window] for y, x in batch])), np.float32)
+        crops = _padded(np.stack([image[y:y + window, x:x + window] for y, x in batch]), batch_size)
+        outputs = np.asarray(predict(crops), np.float32)[:len(batch)]
         if total is None:
             total = np.zeros((height, width, *outputs.shape[3:]), np.float32)
         for (y, x), output in zip(batch, outputs):
