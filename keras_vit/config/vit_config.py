@@ -75,6 +75,9 @@ class ViTConfig:
         None, "width of a bias-free Dense on the pooled features, before any head (CLIP's image projection: "
         "transformers' `visual_projection`, OpenCLIP's `visual.proj`, the `head` of timm's CLIP towers); applied only "
         "to pooled features (include_top or pooling); None: none", group=HEAD, interval=SIZES)
+    projection_bias: bool = option(
+        False, "a bias on that projection (EVA-CLIP: timm's `head`, trained with a bias); needs projection_dim",
+        group=HEAD)
     unit_features: bool = option(
         False, "scale the pooled features (after any projection) to unit length before the head: a zero-shot head "
         "on an image-text model's normalised image features (`ImageTextModel.classifier`); needs include_top",
@@ -152,6 +155,9 @@ class ViTConfig:
     mlp_norm: bool = option(
         False, "a norm of every MLP's hidden features before its output layer (EVA-02's `scale_mlp`)", group=MODEL,
         to=ENCODER)
+    attention_norm: bool = option(
+        False, "a norm of every attention's joined head outputs before its output projection (EVA-CLIP's sub-LN, timm "
+        "Eva's `scale_attn_inner`)", group=MODEL, to=ENCODER)
     interpolation: Optional[str] = option(
         None, "how the position embeddings are resized to another image size, at load time and at run time: a "
         "name of `keras_vit.config.interpolation.INTERPOLATIONS` ('bilinear': the original code's, 'bicubic_antialias': "
@@ -239,6 +245,8 @@ class ViTConfig:
             problem = "sincos_form chooses the sin-cos frequencies; it needs position_embedding='sincos2d'."
         elif self.unit_features and not self.include_top:
             problem = "unit_features=True scales the features the head reads; it needs include_top=True."
+        elif self.projection_bias and not self.projection_dim:
+            problem = "projection_bias=True is the bias of the image projection; it needs projection_dim."
         elif self.quick_gelu and self.mlp != "gelu":
             problem = "quick_gelu=True replaces the GELU of mlp='gelu'; the SwiGLU MLP is SiLU-gated: use quick_gelu=False."
         if problem:

@@ -165,7 +165,8 @@ def _finish(config, inputs, tokens, encoder_inputs):
         if config.fc_norm:
             outputs = normalization(config.norm, config.layer_norm_epsilon, "fc_norm")(outputs)
         if config.projection_dim:
-            outputs = keras.layers.Dense(config.projection_dim, use_bias=False, name="projection")(outputs)
+            outputs = keras.layers.Dense(config.projection_dim, use_bias=config.projection_bias,
+                                         name="projection")(outputs)
     if config.include_top:
         if config.unit_features:
             outputs = keras.layers.UnitNormalization(name="unit_features")(outputs)

@@ -12,7 +12,7 @@ import numpy as np
 from keras_vit.utils.files import atomic_path, check_space, check_target, one_line_errors
 from keras_vit.weights import containers, formats, variables
 from keras_vit.weights.canonical import BLOCK, EOMT_MASK_PROBS, EOMT_QUERIES, Checkpoint
-from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, HEAD_OPTIONS
+from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, EVA_CLIP_OPTIONS, HEAD_OPTIONS
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.reading import read_checkpoint, weights_checkpoint
 
@@ -155,7 +155,7 @@ def _check_block_options(fmt, ckpt):
     from keras_vit.config.vit_config import ViTConfig
 
     architecture = ckpt.architecture()
-    refused = [name for name in BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS + HEAD_OPTIONS
+    refused = [name for name in BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS + EVA_CLIP_OPTIONS + HEAD_OPTIONS
                if architecture[name] != ViTConfig.__dataclass_fields__[name].default and name not in fmt.block_options]
     if refused:
         used = ", ".join(f"{name}={architecture[name]!r}" for name in refused)

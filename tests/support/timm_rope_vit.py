@@ -153,9 +153,10 @@ def resample_pos_embed(posemb, h, w, prefix=1):
 
 
 def eva02_forward(sd, image, heads, eps=1e-6, indexing="ij", table=True, mlp_norm=True, key_bias=0.0,
-                  prefix_rotated=False):
-    """timm `Eva` logits of an EVA-02 state dict; the keywords but `heads` / `eps` are mutations for the
-    tests: 'xy' order, the table left out, the MLP's inner norm left out, a key bias, the class token rotated."""
+                  prefix_rotated=False, attn_norm=True):
+    """timm `Eva` logits of an EVA-02 state dict (EVA-CLIP's: its image features, `eva02_shapes(clip=True)`);
+    the keywords but `heads` / `eps` are mutations for the tests: 'xy' order, the table left out, the MLP's
+    or the attention's inner norm left out, a key bias, the class token rotated."""
     sd = {k: torch.as_tensor(np.asarray(v)) for k, v in sd.items()}
     x = F.conv2d(image, sd["patch_embed.proj.weight"], sd["patch_embed.proj.bias"],
                  stride=sd["patch_embed.proj.weight"].shape[-1])
@@ -182,6 +183,8 @@ def eva02_forward(sd, image, heads, eps=1e-6, indexing="ij", table=True, mlp_nor
         q = torch.cat([q[:, :, :npt], apply(q[:, :, npt:], sin, cos)], dim=2)
         k = torch.cat([k[:, :, :npt], apply(k[:, :, npt:], sin, cos)], dim=2)
         y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch, -1, width)
+        if p + "attn.norm.weight" in sd and attn_norm:  # EVA-CLIP's `scale_attn_inner`
+            y = F.layer_norm(y, (width,), sd[p + "attn.norm.weight"], sd[p + "attn.norm.bias"], eps)
         x = x + F.linear(y, sd[p + "attn.proj.weight"], sd[p + "attn.proj.bias"])
         y = F.layer_norm(x, (width,), sd[p + "norm2.weight"], sd[p + "norm2.bias"], eps)
         if p + "mlp.fc1_g.weight" in sd:  # timm's `SwiGLU`: the inner norm before fc2
@@ -193,13 +196,18 @@ def eva02_forward(sd, image, heads, eps=1e-6, indexing="ij", table=True, mlp_nor
             gate, value = F.linear(y, sd[p + "mlp.fc1.weight"], sd[p + "mlp.fc1.bias"]).chunk(2, dim=-1)
             y = F.silu(gate) * value
         x = x + F.linear(y, sd[p + "mlp.fc2.weight"], sd[p + "mlp.fc2.bias"])
-    x = F.layer_norm(x[:, 1:].mean(dim=1), (width,), sd["fc_norm.weight"], sd["fc_norm.bias"], eps)
+    if "fc_norm.weight" in sd:
+        x = F.layer_norm(x[:, 1:].mean(dim=1), (width,), sd["fc_norm.weight"], sd["fc_norm.bias"], eps)
+    else:  # EVA-CLIP: the final norm on the tokens, the class token pooled
+        x = F.layer_norm(x, (width,), sd["norm.weight"], sd["norm.bias"], eps)[:, 0]
     return F.linear(x, sd["head.weight"], sd["head.bias"])
 
 
-def eva02_shapes(width, depth, heads, hidden, patch=14, grid=16, classes=1000, unfused=False):
+def eva02_shapes(width, depth, heads, hidden, patch=14, grid=16, classes=1000, unfused=False, clip=False):
     """timm's state-dict keys and shapes of an `eva02_*_patch14_*` (`unfused`: B / L's `qkv_fused=False,
-    scale_mlp=True`); `hidden` is `int(width * 4 * 2 / 3)`."""
+    scale_mlp=True`); `hidden` is `int(width * 4 * 2 / 3)`. `clip`: EVA-CLIP's `eva02_*_clip_*` (B / L's
+    layout, the attention's inner `attn.norm`, the final `norm` instead of `fc_norm`, `head` its projection
+    to `classes`)."""
     out = {"cls_token": (1, 1, width), "pos_embed": (1, 1 + grid * grid, width),
            "patch_embed.proj.weight": (width, 3, patch, patch), "patch_embed.proj.bias": (width,),
            "fc_norm.weight": (width,), "fc_norm.bias": (width,), "head.weight": (classes, width), "head.bias": (classes,)}
@@ -217,10 +225,15 @@ def eva02_shapes(width, depth, heads, hidden, patch=14, grid=16, classes=1000, u
         else:
             out.update({p + "attn.qkv.weight": (3 * width, width), p + "attn.q_bias": (width,), p + "attn.v_bias": (width,),
                         p + "mlp.fc1.weight": (2 * hidden, width), p + "mlp.fc1.bias": (2 * hidden,)})
+        if clip:
+            out.update({p + "attn.norm.weight": (width,), p + "attn.norm.bias": (width,)})
+    if clip:
+        out["norm.weight"], out["norm.bias"] = out.pop("fc_norm.weight"), out.pop("fc_norm.bias")
     return out
 
 
-def eva02_state_dict(rng, width=32, depth=2, heads=2, hidden=48, patch=4, grid=4, classes=5, unfused=False):
-    """Random float32 EVA-02 weights under timm's key names (`eva02_shapes`), scaled as `state_dict`'s."""
+def eva02_state_dict(rng, width=32, depth=2, heads=2, hidden=48, patch=4, grid=4, classes=5, unfused=False, clip=False):
+    """Random float32 EVA-02 (`clip`: EVA-CLIP) weights under timm's key names (`eva02_shapes`), scaled as
+    `state_dict`'s."""
     return {k: np.asarray(v, np.float32) for k, v in _random(rng, eva02_shapes(
-        width, depth, heads, hidden, patch, grid, classes, unfused)).items()}
+        width, depth, heads, hidden, patch, grid, classes, unfused or clip, clip)).items()}
