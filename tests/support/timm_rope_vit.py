@@ -208,6 +208,7 @@ def eva02_shapes(width, depth, heads, hidden, patch=14, grid=16, classes=1000, u
     scale_mlp=True`); `hidden` is `int(width * 4 * 2 / 3)`. `clip`: EVA-CLIP's `eva02_*_clip_*` (B / L's
     layout, the attention's inner `attn.norm`, the final `norm` instead of `fc_norm`, `head` its projection
     to `classes`)."""
+    unfused = unfused or clip
     out = {"cls_token": (1, 1, width), "pos_embed": (1, 1 + grid * grid, width),
            "patch_embed.proj.weight": (width, 3, patch, patch), "patch_embed.proj.bias": (width,),
            "fc_norm.weight": (width,), "fc_norm.bias": (width,), "head.weight": (classes, width), "head.bias": (classes,)}
@@ -236,4 +237,4 @@ def eva02_state_dict(rng, width=32, depth=2, heads=2, hidden=48, patch=4, grid=4
     """Random float32 EVA-02 (`clip`: EVA-CLIP) weights under timm's key names (`eva02_shapes`), scaled as
     `state_dict`'s."""
     return {k: np.asarray(v, np.float32) for k, v in _random(rng, eva02_shapes(
-        width, depth, heads, hidden, patch, grid, classes, unfused or clip, clip)).items()}
+        width, depth, heads, hidden, patch, grid, classes, unfused, clip)).items()}

@@ -78,9 +78,26 @@ def prepare(raw):
     return dinov3.prepare(dataclasses.replace(raw, tensors=tensors))
 
 
+def _open_clip_heads(raw):
+    """The head count an `open_clip_config.json`'s `vision_cfg` gives a timm EVA-CLIP tower (its
+    `timm_model_kwargs.num_heads`, else None: the width's named models'); its other ways of pooling and
+    projecting the trunk's features refused in one line."""
+    model = (raw.meta.get("open_clip_config") or {}).get("model_cfg", {})
+    vision = model.get("vision_cfg", {}) if isinstance(model, dict) else None
+    if not isinstance(vision, dict):
+        raise ValueError(f"{raw.path}: its open_clip_config.json's model_cfg / vision_cfg is not a JSON object.")
+    pool, proj = vision.get("timm_pool", "token"), vision.get("timm_proj")
+    if pool != "token" or proj not in (None, ""):
+        raise ValueError(f"{raw.path}: an OpenCLIP timm image tower with timm_pool={pool!r}, timm_proj={proj!r}; "
+                         "keras_vit reads EVA-CLIP's (timm_pool 'token', timm_proj null: timm's head projects).")
+    heads = (vision.get("timm_model_kwargs") or {}).get("num_heads")
+    return heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else None
+
+
 def metadata(raw, tensors):
     clip = is_eva_clip(_keys(raw))  # EVA-CLIP: the class token pooled, OpenCLIP's preprocessing
-    return Metadata(approximate_gelu=False, layer_norm_epsilon=EPSILON, preprocessing="clip" if clip else "eva02",
+    heads = _open_clip_heads(raw) if OPEN_CLIP + "pos_embed" in raw.tensors else None
+    return Metadata(num_heads=heads, approximate_gelu=False, layer_norm_epsilon=EPSILON, preprocessing="clip" if clip else "eva02",
                     rope_theta=THETA, rope_form="axial", key_bias=False, rope_indexing=INDEXING,
                     rope_reference_grid=REFERENCE_GRID,  # timm's `global_pool='avg'`, EVA-CLIP's 'token'
                     pooling="avg" if "fc_norm.weight" in _keys(raw) else "token" if clip else None)
