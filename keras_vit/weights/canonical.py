@@ -424,6 +424,8 @@ class Checkpoint:
             **({"rope_reference_grid": tuple(self.rope_reference_grid)} if self.rope_reference_grid else {}),
             **({"mlp_norm": True} if self.mlp_norm else {}),
             attention_norm=self.attention_norm,
+            rope_offset=float(self.rope_offset or 0.0),
+            map_heads=self.map_heads if self.map_heads and self.map_heads != self.num_heads else None,
             pre_norm=self.pre_norm,
             patch_bias=self.patch_bias,
             projection_dim=self.projection_dim,

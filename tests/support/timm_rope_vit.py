@@ -9,13 +9,14 @@ import torch
 import torch.nn.functional as F
 
 
-def axial_embed(h, w, head_dim, temperature, reference=None, swap_xy=False):
+def axial_embed(h, w, head_dim, temperature, reference=None, swap_xy=False, offset=0.0):
     """timm's `build_rotary_pos_embed` with `in_pixels=False, grid_indexing='xy'`: `(sin, cos)`,
-    each `(h * w, head_dim)`. `swap_xy`: the `'ij'` order (a mutation for the tests)."""
+    each `(h * w, head_dim)`. `swap_xy`: the `'ij'` order (a mutation for the tests); `offset`:
+    `grid_offset`, added to the indices before the reference scaling."""
     bands = 1.0 / temperature ** (torch.arange(head_dim // 4, dtype=torch.float32) / (head_dim // 4))
     shape = [h, w] if swap_xy else [w, h]
     ref = None if reference is None else ([reference[0], reference[1]] if swap_xy else [reference[1], reference[0]])
-    t = [torch.arange(s, dtype=torch.float32) for s in shape]
+    t = [torch.arange(s, dtype=torch.float32) + offset for s in shape]
     if ref is not None:
         t = [x / f * r for x, f, r in zip(t, shape, ref)]
     grid = torch.stack(torch.meshgrid(t, indexing="ij" if swap_xy else "xy"), dim=-1).unsqueeze(-1)
@@ -238,3 +239,73 @@ def eva02_state_dict(rng, width=32, depth=2, heads=2, hidden=48, patch=4, grid=4
     `state_dict`'s."""
     return {k: np.asarray(v, np.float32) for k, v in _random(rng, eva02_shapes(
         width, depth, heads, hidden, patch, grid, classes, unfused, clip)).items()}
+
+
+# Perception Encoder core (timm `eva.py`: `vit_pe_core_*`, `Eva` with `attn_type='rope'` (`AttentionRope`: a fused
+# `qkv` with its bias), `use_pre_transformer_norm` (`norm_pre`, no patch-embedding bias), `rope_grid_offset=1`,
+# `rope_grid_indexing='xy'`, `ref_feat_shape` the native grid, `global_pool='map'` (`AttentionPoolLatent`, 8 heads),
+# LayerNorm epsilon 1e-5; the projection as `head` with a zero bias).
+def pe_forward(sd, image, heads, pool_heads=8, eps=1e-5, offset=1.0, pre_norm=True):
+    """timm `Eva` image features of a PE-core state dict; `offset` / `pre_norm` (and `pool_heads`) are mutations
+    for the tests."""
+    sd = {k: torch.as_tensor(np.asarray(v)) for k, v in sd.items()}
+    x = F.conv2d(image, sd["patch_embed.proj.weight"], stride=sd["patch_embed.proj.weight"].shape[-1])
+    batch, width, h, w = x.shape
+    x = torch.cat([sd["cls_token"].expand(batch, -1, -1), x.flatten(2).transpose(1, 2)], dim=1)
+    x = x + resample_pos_embed(sd["pos_embed"], h, w)
+    if pre_norm:
+        x = F.layer_norm(x, (width,), sd["norm_pre.weight"], sd["norm_pre.bias"], eps)
+    side = int(round((sd["pos_embed"].shape[1] - 1) ** 0.5))
+    head_dim, depth = width // heads, 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
+    sin, cos = axial_embed(h, w, head_dim, 10000.0, (side, side), offset=offset)
+    for i in range(depth):
+        p = f"blocks.{i}."
+        y = F.layer_norm(x, (width,), sd[p + "norm1.weight"], sd[p + "norm1.bias"], eps)
+        q, k, v = F.linear(y, sd[p + "attn.qkv.weight"], sd[p + "attn.qkv.bias"]).reshape(
+            batch, -1, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q = torch.cat([q[:, :, :1], apply(q[:, :, 1:], sin, cos)], dim=2)
+        k = torch.cat([k[:, :, :1], apply(k[:, :, 1:], sin, cos)], dim=2)
+        y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch, -1, width)
+        x = x + F.linear(y, sd[p + "attn.proj.weight"], sd[p + "attn.proj.bias"])
+        y = F.layer_norm(x, (width,), sd[p + "norm2.weight"], sd[p + "norm2.bias"], eps)
+        x = x + F.linear(F.gelu(F.linear(y, sd[p + "mlp.fc1.weight"], sd[p + "mlp.fc1.bias"])),
+                         sd[p + "mlp.fc2.weight"], sd[p + "mlp.fc2.bias"])
+    x = F.layer_norm(x, (width,), sd["norm.weight"], sd["norm.bias"], eps)
+    a, pool_dim = "attn_pool.", width // pool_heads  # timm's `AttentionPoolLatent`
+    q = F.linear(sd[a + "latent"], sd[a + "q.weight"], sd[a + "q.bias"]).reshape(1, 1, pool_heads, pool_dim)
+    k, v = F.linear(x, sd[a + "kv.weight"], sd[a + "kv.bias"]).reshape(batch, -1, 2, pool_heads, pool_dim).permute(
+        2, 0, 3, 1, 4).unbind(0)
+    y = F.scaled_dot_product_attention(q.transpose(1, 2).expand(batch, -1, -1, -1), k, v)
+    y = F.linear(y.transpose(1, 2).reshape(batch, 1, width), sd[a + "proj.weight"], sd[a + "proj.bias"])
+    z = F.layer_norm(y, (width,), sd[a + "norm.weight"], sd[a + "norm.bias"], eps)
+    y = y + F.linear(F.gelu(F.linear(z, sd[a + "mlp.fc1.weight"], sd[a + "mlp.fc1.bias"])),
+                     sd[a + "mlp.fc2.weight"], sd[a + "mlp.fc2.bias"])
+    return F.linear(y[:, 0], sd["head.weight"], sd["head.bias"])
+
+
+def pe_shapes(width, depth, mlp, patch=16, grid=14, projection=1024):
+    """timm's state-dict keys and shapes of a `vit_pe_core_*` (the pool's MLP as wide as the blocks')."""
+    out = {"cls_token": (1, 1, width), "pos_embed": (1, 1 + grid * grid, width),
+           "patch_embed.proj.weight": (width, 3, patch, patch), "norm_pre.weight": (width,), "norm_pre.bias": (width,),
+           "norm.weight": (width,), "norm.bias": (width,), "attn_pool.latent": (1, 1, width),
+           "attn_pool.q.weight": (width, width), "attn_pool.q.bias": (width,), "attn_pool.kv.weight": (2 * width, width),
+           "attn_pool.kv.bias": (2 * width,), "attn_pool.proj.weight": (width, width), "attn_pool.proj.bias": (width,),
+           "attn_pool.norm.weight": (width,), "attn_pool.norm.bias": (width,), "attn_pool.mlp.fc1.weight": (mlp, width),
+           "attn_pool.mlp.fc1.bias": (mlp,), "attn_pool.mlp.fc2.weight": (width, mlp), "attn_pool.mlp.fc2.bias": (width,),
+           "head.weight": (projection, width), "head.bias": (projection,)}
+    for i in range(depth):
+        p = f"blocks.{i}."
+        out.update({p + n: (width,) for n in ("norm1.weight", "norm1.bias", "attn.proj.bias", "norm2.weight",
+                                              "norm2.bias", "mlp.fc2.bias")})
+        out.update({p + "attn.qkv.weight": (3 * width, width), p + "attn.qkv.bias": (3 * width,),
+                    p + "attn.proj.weight": (width, width), p + "mlp.fc1.weight": (mlp, width), p + "mlp.fc1.bias": (mlp,),
+                    p + "mlp.fc2.weight": (width, mlp)})
+    return out
+
+
+def pe_state_dict(rng, width=32, depth=2, mlp=64, patch=4, grid=4, projection=24):
+    """Random float32 PE-core weights under timm's key names (`pe_shapes`), scaled as `state_dict`'s; the
+    projection's bias zero, as timm's conversion writes it."""
+    sd = _random(rng, pe_shapes(width, depth, mlp, patch, grid, projection))
+    sd["head.bias"] = np.zeros_like(sd["head.bias"])
+    return {k: np.asarray(v, np.float32) for k, v in sd.items()}

@@ -40,14 +40,21 @@ OPEN_CLIP = "visual.trunk."  # OpenCLIP's timm image towers (its `TimmModel`)
 CLIP_PROJECTION = ("head.weight (EVA-CLIP projection)", "head.bias (EVA-CLIP projection)")
 
 
-def _keys(raw):
+def trunk_keys(raw):
     """`raw`'s keys, OpenCLIP's `visual.trunk.` prefix left out (its other keys are the text tower's)."""
     keys = raw.tensors.keys()
     return {k[len(OPEN_CLIP):] for k in keys if k.startswith(OPEN_CLIP)} if OPEN_CLIP + "pos_embed" in keys else keys
 
 
+def trunk(tensors):
+    """OpenCLIP's timm image tower alone, without its `visual.trunk.` prefix (else `tensors` as they are)."""
+    if OPEN_CLIP + "pos_embed" not in tensors:
+        return dict(tensors)
+    return {k[len(OPEN_CLIP):]: v for k, v in tensors.items() if k.startswith(OPEN_CLIP)}
+
+
 def detect(raw):
-    keys = _keys(raw)
+    keys = trunk_keys(raw)
     return ("patch_embed.proj.weight" in keys and "pos_embed" in keys
             and ("blocks.0.attn.q_bias" in keys or "blocks.0.attn.q_proj.weight" in keys))
 
@@ -61,9 +68,7 @@ def prepare(raw):
     """timm `VisionTransformer` names: OpenCLIP's image tower alone, the unfused q / k / v joined, EVA-CLIP's
     `head` named its image projection, then DINOv3's renames (q / v biases around a zero key bias, `fc1_g` /
     `fc1_x` packed gate first)."""
-    tensors = dict(raw.tensors)
-    if OPEN_CLIP + "pos_embed" in tensors:
-        tensors = {k[len(OPEN_CLIP):]: v for k, v in tensors.items() if k.startswith(OPEN_CLIP)}
+    tensors = trunk(raw.tensors)
     if is_eva_clip(tensors):
         for name, pseudo in zip(("head.weight", "head.bias"), CLIP_PROJECTION):
             if name in tensors:
@@ -78,29 +83,29 @@ def prepare(raw):
     return dinov3.prepare(dataclasses.replace(raw, tensors=tensors))
 
 
-def _open_clip_heads(raw):
-    """The head count an `open_clip_config.json`'s `vision_cfg` gives a timm EVA-CLIP tower (its
-    `timm_model_kwargs.num_heads`, else None: the width's named models'); its other ways of pooling and
-    projecting the trunk's features refused in one line."""
+def open_clip_heads(raw, pool="token", family="EVA-CLIP"):
+    """The head count an `open_clip_config.json`'s `vision_cfg` gives a timm image tower (its
+    `timm_model_kwargs.num_heads`, else None: the width's named models'); another `timm_pool` than
+    `pool`, or a projection besides timm's head, refused in one line."""
     model = (raw.meta.get("open_clip_config") or {}).get("model_cfg", {})
     vision = model.get("vision_cfg", {}) if isinstance(model, dict) else None
     if not isinstance(vision, dict):
         raise ValueError(f"{raw.path}: its open_clip_config.json's model_cfg / vision_cfg is not a JSON object.")
-    pool, proj = vision.get("timm_pool", "token"), vision.get("timm_proj")
-    if pool != "token" or proj not in (None, ""):
-        raise ValueError(f"{raw.path}: an OpenCLIP timm image tower with timm_pool={pool!r}, timm_proj={proj!r}; "
-                         "keras_vit reads EVA-CLIP's (timm_pool 'token', timm_proj null: timm's head projects).")
+    found, proj = vision.get("timm_pool", pool), vision.get("timm_proj")
+    if found != pool or proj not in (None, ""):
+        raise ValueError(f"{raw.path}: an OpenCLIP timm image tower with timm_pool={found!r}, timm_proj={proj!r}; "
+                         f"keras_vit reads {family}'s (timm_pool {pool!r}, timm_proj null: timm's head projects).")
     heads = (vision.get("timm_model_kwargs") or {}).get("num_heads")
     return heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else None
 
 
 def metadata(raw, tensors):
-    clip = is_eva_clip(_keys(raw))  # EVA-CLIP: the class token pooled, OpenCLIP's preprocessing
-    heads = _open_clip_heads(raw) if OPEN_CLIP + "pos_embed" in raw.tensors else None
+    clip = is_eva_clip(trunk_keys(raw))  # EVA-CLIP: the class token pooled, OpenCLIP's preprocessing
+    heads = open_clip_heads(raw) if OPEN_CLIP + "pos_embed" in raw.tensors else None
     return Metadata(num_heads=heads, approximate_gelu=False, layer_norm_epsilon=EPSILON, preprocessing="clip" if clip else "eva02",
                     rope_theta=THETA, rope_form="axial", key_bias=False, rope_indexing=INDEXING,
                     rope_reference_grid=REFERENCE_GRID,  # timm's `global_pool='avg'`, EVA-CLIP's 'token'
-                    pooling="avg" if "fc_norm.weight" in _keys(raw) else "token" if clip else None)
+                    pooling="avg" if "fc_norm.weight" in trunk_keys(raw) else "token" if clip else None)
 
 
 def _split(value, parts):
