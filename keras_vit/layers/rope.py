@@ -120,14 +120,14 @@ class RopePositionEmbedding(keras.layers.Layer):
     patch centres in [-1, 1]; "axial" / "mixed": the integer (row, column) indices, the axial
     form's scaled to `reference_grid` where given (`grid_indices`) and, `indexing="ij"` (EVA-02),
     given as (column, row), so that the first half of the pairs turns along the rows; the axial
-    indices start at `offset` (Perception Encoder's 1).
+    indices start at `index_offset` (Perception Encoder's 1).
 
     While training, `shift` adds one uniform draw in `[-shift, shift]` per axis, `jitter`
     multiplies each axis by a log-uniform draw in `[1 / jitter, jitter]` and `rescale` both
     axes by one in `[1 / rescale, rescale]` (DINOv3's augmentation; None: off)."""
 
     def __init__(self, grid_size, num_prefix_tokens=0, shift=None, jitter=None, rescale=None, seed=None,
-                 form="dinov3", reference_grid=None, indexing="xy", offset=0.0, **kwargs):
+                 form="dinov3", reference_grid=None, indexing="xy", index_offset=0.0, **kwargs):
         super().__init__(**{"dtype": "float32", **kwargs})
         if form not in FORMS:
             raise ValueError(f"Unknown rope form {form!r}; expected one of {FORMS}.")
@@ -135,7 +135,7 @@ class RopePositionEmbedding(keras.layers.Layer):
         if indexing not in INDEXINGS:
             raise ValueError(f"Unknown rope indexing {indexing!r}; expected one of {INDEXINGS}.")
         self.indexing = indexing
-        self.offset = float(offset)
+        self.index_offset = float(index_offset)
         self.reference_grid = None if reference_grid is None else tuple(int(s) for s in reference_grid)
         self.grid_size = tuple(int(s) for s in grid_size)
         self.num_prefix_tokens = int(num_prefix_tokens)
@@ -164,7 +164,7 @@ class RopePositionEmbedding(keras.layers.Layer):
             coordinates = patch_coordinates(h, w)
         else:
             axial = self.form == "axial"
-            coordinates = grid_indices(h, w, self.reference_grid if axial else None, self.offset if axial else 0.0)
+            coordinates = grid_indices(h, w, self.reference_grid if axial else None, self.index_offset if axial else 0.0)
             if self.indexing == "ij":
                 coordinates = ops.flip(coordinates, axis=1)
         if training:
@@ -179,4 +179,4 @@ class RopePositionEmbedding(keras.layers.Layer):
         return {**super().get_config(), "grid_size": self.grid_size, "num_prefix_tokens": self.num_prefix_tokens,
                 "shift": self.shift, "jitter": self.jitter, "rescale": self.rescale, "seed": self.seed,
                 "form": self.form, "reference_grid": self.reference_grid, "indexing": self.indexing,
-                "offset": self.offset}
+                "index_offset": self.index_offset}

@@ -128,7 +128,7 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         rope["rope"] = position(grid, num_prefix_tokens=config.position_prefix, shift=config.rope_shift,
                                 jitter=config.rope_jitter, rescale=config.rope_rescale, seed=config.seed,
                                 form=config.rope_form, reference_grid=config.rope_reference_grid,
-                                indexing=config.rope_indexing, offset=config.rope_offset,
+                                indexing=config.rope_indexing, index_offset=config.rope_offset,
                                 name="rope_input" if config.rope_absolute else "posembed_input")(tokens, patches)
         position = PositionEmbedding if config.rope_absolute else None  # EVA-02: a learned table as well
     if position is not None:

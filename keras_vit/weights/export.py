@@ -61,7 +61,7 @@ def model_checkpoint(model):
         rope_form=attention.rope_form if rope else None, sincos_form=getattr(posembed, "form", None) if not rope else None,
         rope_indexing=rope.indexing if rope else None, rope_reference_grid=rope.reference_grid if rope else None,
         quick_gelu=block.mlp.quick_gelu, unit_features="unit_features" in names,
-        rope_offset=rope.offset if rope else None,
+        rope_offset=rope.index_offset if rope else None,
         map_heads=model.get_layer("map_head").num_heads if pooling == "map" else None,
     )
 

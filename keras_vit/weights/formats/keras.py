@@ -77,7 +77,7 @@ def metadata(raw, tensors):
         rope_form=encoder.get("rope_form") if rope else None,
         rope_indexing=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("indexing"),
         rope_reference_grid=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("reference_grid"),
-        rope_offset=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("offset"),
+        rope_offset=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("index_offset"),
         map_heads=_layer_config(raw.meta.get("config"), "MAPHead").get("num_heads"),
         key_bias=encoder.get("key_bias"),
         approximate_gelu=encoder.get("approximate_gelu"),
