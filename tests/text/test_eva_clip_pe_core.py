@@ -89,7 +89,7 @@ def test_the_image_tower_alone_reads_from_timm_and_open_clip_files_at_two_sizes(
         assert np.abs(FORWARD[tower](unbiased, image, HEADS).numpy() - expected).max() > 1e-3
 
 
-def test_a_saved_tower_and_pair_read_back(pair, tmp_path):
+def test_a_saved_tower_and_pair_read_back_and_the_zero_shot_classifier(pair, tmp_path):
     _, kind, folder, _, images, (image, _, probabilities) = pair
     if kind != "safetensors":
         pytest.skip("one layout is enough")
@@ -100,6 +100,9 @@ def test_a_saved_tower_and_pair_read_back(pair, tmp_path):
     model.save(str(tmp_path / "pair"))
     pair_again = keras_vit.ImageTextModel.from_checkpoint(str(tmp_path / "pair"))
     np.testing.assert_allclose(pair_again.zero_shot(images, LABELS), probabilities, atol=TOLERANCE, rtol=0)
+    classifier = model.classifier(LABELS)  # the zero-shot head on the tower: the same probabilities
+    np.testing.assert_allclose(classifier.predict(model.image_inputs(images), verbose=0), probabilities,
+                               atol=TOLERANCE, rtol=0)
 
 
 @pytest.mark.backend_independent
