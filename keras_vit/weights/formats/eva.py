@@ -40,17 +40,16 @@ OPEN_CLIP = "visual.trunk."  # OpenCLIP's timm image towers (its `TimmModel`)
 CLIP_PROJECTION = ("head.weight (EVA-CLIP projection)", "head.bias (EVA-CLIP projection)")
 
 
-def trunk_keys(raw):
-    """`raw`'s keys, OpenCLIP's `visual.trunk.` prefix left out (its other keys are the text tower's)."""
-    keys = raw.tensors.keys()
-    return {k[len(OPEN_CLIP):] for k in keys if k.startswith(OPEN_CLIP)} if OPEN_CLIP + "pos_embed" in keys else keys
-
-
 def trunk(tensors):
-    """OpenCLIP's timm image tower alone, without its `visual.trunk.` prefix (else `tensors` as they are)."""
+    """OpenCLIP's timm image tower alone, without its `visual.trunk.` prefix (its other keys are the text
+    tower's); else `tensors` as they are."""
     if OPEN_CLIP + "pos_embed" not in tensors:
         return dict(tensors)
     return {k[len(OPEN_CLIP):]: v for k, v in tensors.items() if k.startswith(OPEN_CLIP)}
+
+
+def trunk_keys(raw):
+    return trunk(raw.tensors).keys()
 
 
 def detect(raw):
@@ -100,12 +99,13 @@ def open_clip_heads(raw, pool="token", family="EVA-CLIP"):
 
 
 def metadata(raw, tensors):
-    clip = is_eva_clip(trunk_keys(raw))  # EVA-CLIP: the class token pooled, OpenCLIP's preprocessing
+    keys = trunk_keys(raw)
+    clip = is_eva_clip(keys)  # EVA-CLIP: the class token pooled, OpenCLIP's preprocessing
     heads = open_clip_heads(raw) if OPEN_CLIP + "pos_embed" in raw.tensors else None
-    return Metadata(num_heads=heads, approximate_gelu=False, layer_norm_epsilon=EPSILON, preprocessing="clip" if clip else "eva02",
-                    rope_theta=THETA, rope_form="axial", key_bias=False, rope_indexing=INDEXING,
-                    rope_reference_grid=REFERENCE_GRID,  # timm's `global_pool='avg'`, EVA-CLIP's 'token'
-                    pooling="avg" if "fc_norm.weight" in trunk_keys(raw) else "token" if clip else None)
+    return Metadata(num_heads=heads, approximate_gelu=False, layer_norm_epsilon=EPSILON,
+                    preprocessing="clip" if clip else "eva02", rope_theta=THETA, rope_form="axial", key_bias=False,
+                    rope_indexing=INDEXING, rope_reference_grid=REFERENCE_GRID,
+                    pooling="avg" if "fc_norm.weight" in keys else "token" if clip else None)  # timm's global_pool
 
 
 def _split(value, parts):
