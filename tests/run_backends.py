@@ -84,6 +84,7 @@ QUICK = (
     "tests/dense/test_losses.py::test_cross_entropy_skips_the_ignore_label", "tests/dense/test_data.py",
     "tests/inference/test_serving_card.py::test_a_pytorch_program_ends_in_pt2",
     "tests/text/test_names.py::test_unknown_names_are_refused_in_one_line",
+    "tests/text/test_eva_clip_pe_core.py::test_named_models_have_timm_s_numbers_and_entries",
     "tests/inference/test_export_dense.py::test_several_outputs_are_paired_by_name_then_shape",
     "tests/dense/test_named.py::test_offline_is_one_line_naming_the_cache_folder",
     "tests/dense/test_sliding.py::test_tiling_and_averaging_match_numpy",

@@ -75,6 +75,9 @@ class ViTConfig:
         None, "width of a bias-free Dense on the pooled features, before any head (CLIP's image projection: "
         "transformers' `visual_projection`, OpenCLIP's `visual.proj`, the `head` of timm's CLIP towers); applied only "
         "to pooled features (include_top or pooling); None: none", group=HEAD, interval=SIZES)
+    projection_bias: bool = option(
+        False, "a bias on that projection (EVA-CLIP: timm's `head`, trained with a bias); needs projection_dim",
+        group=HEAD)
     unit_features: bool = option(
         False, "scale the pooled features (after any projection) to unit length before the head: a zero-shot head "
         "on an image-text model's normalised image features (`ImageTextModel.classifier`); needs include_top",
@@ -149,9 +152,15 @@ class ViTConfig:
     rope_indexing: str = option(
         "xy", "the axial form's grid order: 'xy' (RoPE-ViT: the first half of the pairs along the columns) or 'ij' "
         "(EVA-02: along the rows; timm's `rope_grid_indexing`)", group=TOKENS, choices=ROPE_INDEXINGS)
+    rope_offset: float = option(
+        0.0, "the axial form's index offset: the grid indices start at it, before any reference-grid scaling (timm's "
+        "`rope_grid_offset`; Perception Encoder: 1)", group=TOKENS, interval="[0, inf)")
     mlp_norm: bool = option(
         False, "a norm of every MLP's hidden features before its output layer (EVA-02's `scale_mlp`)", group=MODEL,
         to=ENCODER)
+    attention_norm: bool = option(
+        False, "a norm of every attention's joined head outputs before its output projection (EVA-CLIP's sub-LN, timm "
+        "Eva's `scale_attn_inner`)", group=MODEL, to=ENCODER)
     interpolation: Optional[str] = option(
         None, "how the position embeddings are resized to another image size, at load time and at run time: a "
         "name of `keras_vit.config.interpolation.INTERPOLATIONS` ('bilinear': the original code's, 'bicubic_antialias': "
@@ -201,6 +210,9 @@ class ViTConfig:
     sincos_form: str = option(
         "big_vision", "the 'sincos2d' frequencies temperature ** -(i / n) of each axis' n = width / 4: 'big_vision' "
         "(i / (n - 1)) or 'mae' (i / n: MAE's, AIMv2's native-resolution models)", group=TOKENS, choices=SINCOS_FORMS)
+    map_heads: Optional[int] = option(
+        None, "attention heads of the 'map' pooling head; None: num_heads (Perception Encoder: 8)", group=HEAD,
+        interval=SIZES)
     map_head: str = option(
         "big_vision", "the 'map' pooling head: 'big_vision' (a query projection of the probe, then y + MLP(LayerNorm(y)): "
         "SigLIP) or 'aimv2' (the probe is the query itself; no LayerNorm, no MLP)", group=HEAD, choices=MAP_HEADS)
@@ -225,6 +237,8 @@ class ViTConfig:
             problem = "rope_absolute adds a learned table to the rotary embeddings; use position_embedding='rope' (or 'learned' alone)."
         elif self.rope_indexing != "xy" and (self.position_embedding != "rope" or self.rope_form != "axial"):
             problem = "rope_indexing orders the axial form's grid; use position_embedding='rope', rope_form='axial'."
+        elif self.rope_offset and (self.position_embedding != "rope" or self.rope_form != "axial"):
+            problem = "rope_offset shifts the axial form's indices; use position_embedding='rope', rope_form='axial'."
         elif self.rope_reference_grid and self.rope_form != "axial":
             problem = "rope_reference_grid scales the axial form's indices; use rope_form='axial' or None."
         elif self.patch_drop_rate and self.position_embedding == "rope":
@@ -239,6 +253,8 @@ class ViTConfig:
             problem = "sincos_form chooses the sin-cos frequencies; it needs position_embedding='sincos2d'."
         elif self.unit_features and not self.include_top:
             problem = "unit_features=True scales the features the head reads; it needs include_top=True."
+        elif self.projection_bias and not self.projection_dim:
+            problem = "projection_bias=True is the bias of the image projection; it needs projection_dim."
         elif self.quick_gelu and self.mlp != "gelu":
             problem = "quick_gelu=True replaces the GELU of mlp='gelu'; the SwiGLU MLP is SiLU-gated: use quick_gelu=False."
         if problem:
@@ -278,7 +294,7 @@ class ViTConfig:
 OWN_DEFAULTS = {"approximate_gelu": True, "quick_gelu": False, "layer_norm_epsilon": LAYER_NORM_EPSILON,
                 "num_registers": 0}
 # What a checkpoint records that makes another model: a builder given other values refuses it.
-RECORDED_ARCHITECTURE = ("rope_theta", "rope_form", "rope_indexing", "rope_reference_grid", "key_bias", "naflex",
+RECORDED_ARCHITECTURE = ("rope_theta", "rope_form", "rope_indexing", "rope_reference_grid", "rope_offset", "key_bias", "naflex",
                          "sincos_form")
 
 

@@ -14,10 +14,10 @@ Every reader takes them from here: the builders (`keras_vit.applications`), `lis
 importing it). A family is one more module here and its line in `FAMILY_MODULES`.
 """
 
-from keras_vit.families import aimv2, clip, deit, dinov2, dinov3, eomt, eva02, rope_vit, siglip, vit
+from keras_vit.families import aimv2, clip, deit, dinov2, dinov3, eomt, eva02, pe, rope_vit, siglip, vit
 
 # The paper's first (its models are `VARIANTS`), then the others in the order `list_models()` gives them.
-FAMILY_MODULES = (vit, deit, dinov2, dinov3, rope_vit, eva02, siglip, aimv2, clip, eomt)
+FAMILY_MODULES = (vit, deit, dinov2, dinov3, rope_vit, eva02, siglip, aimv2, clip, pe, eomt)
 
 
 def _merged(table):

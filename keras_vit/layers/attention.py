@@ -51,12 +51,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     causal mask, OpenAI CLIP), besides any `valid` / `segment_ids` mask.
     `qk_norm=True` normalises each head's queries and keys (`q_norm`, `k_norm`: a `norm` over
     the head's `head_dim` channels, shared by the heads, as timm's `Attention(qk_norm=True)`)
-    before the rotation.
+    before the rotation. `out_norm=True`: a `norm` of the heads' joined outputs before `out` (`out_norm`,
+    over `dim`: EVA-CLIP's sub-LN, timm Eva's `scale_attn_inner`).
     """
 
     def __init__(self, num_heads, dropout_rate=0.0, seed=None, rope_theta=THETA, key_bias=True, qkv_bias=True,
                  proj_bias=True, qk_norm=False, norm="layernorm", layer_norm_epsilon=1e-6, rope_form="dinov3",
-                 causal=False, **kwargs):
+                 causal=False, out_norm=False, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.dropout_rate = float(dropout_rate)
@@ -76,6 +77,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if self.qk_norm:
             self.q_norm, self.k_norm = (normalization(norm, self.layer_norm_epsilon, name, self.dtype_policy)
                                         for name in ("q_norm", "k_norm"))
+        self.out_norm = normalization(norm, self.layer_norm_epsilon, "out_norm", self.dtype_policy) if out_norm else None
         self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -91,6 +93,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             dim, use_bias=self.proj_bias, kernel_initializer=_dense_init(), name="out", dtype=self.dtype_policy
         )
         self.out.build(input_shape)
+        if self.out_norm is not None:
+            self.out_norm.build(input_shape)
         if self.qk_norm:
             self.q_norm.build((None, None, self.num_heads, self.head_dim))
             self.k_norm.build((None, None, self.num_heads, self.head_dim))
@@ -150,7 +154,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if segment_ids is not None:
             context = poisoned(context, valid, ops.maximum(bad_k, bad_v))
         batch, tokens = ops.shape(x)[0], ops.shape(x)[1]
-        out = run(self.out, ops.reshape(context, (batch, tokens, self.num_heads * self.head_dim)))
+        context = ops.reshape(context, (batch, tokens, self.num_heads * self.head_dim))
+        if self.out_norm is not None:
+            context = run(self.out_norm, context)
+        out = run(self.out, context)
         return (out, weights) if return_attention_weights else out
 
     def compute_output_shape(self, input_shape):
@@ -171,4 +178,5 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "causal": self.causal,
             "norm": self.norm,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "out_norm": self.out_norm is not None,
         }

@@ -44,11 +44,11 @@ def rotation(coordinates, head_dim, theta=THETA):
     return ops.cos(angles), ops.sin(angles)
 
 
-def grid_indices(h, w, reference=None):
-    """`(h * w, 2)` float32 `(row, column)` indices of a row-major `h` x `w` grid, scaled by
-    `reference / (h, w)` per axis where a reference grid `(rows, columns)` is given (timm's
-    `ref_feat_shape`). Symbolic sizes work."""
-    y, x = ops.arange(h, dtype="float32"), ops.arange(w, dtype="float32")
+def grid_indices(h, w, reference=None, offset=0.0):
+    """`(h * w, 2)` float32 `(row, column)` indices of a row-major `h` x `w` grid, starting at
+    `offset` (timm's `grid_offset`), scaled by `reference / (h, w)` per axis where a reference grid
+    `(rows, columns)` is given (timm's `ref_feat_shape`). Symbolic sizes work."""
+    y, x = ops.arange(h, dtype="float32") + offset, ops.arange(w, dtype="float32") + offset
     if reference is not None:
         y = y * (float(reference[0]) / ops.cast(h, "float32"))
         x = x * (float(reference[1]) / ops.cast(w, "float32"))
@@ -119,14 +119,15 @@ class RopePositionEmbedding(keras.layers.Layer):
     attention; no variables, any grid. `grid_size` is the default grid. `form` "dinov3": the
     patch centres in [-1, 1]; "axial" / "mixed": the integer (row, column) indices, the axial
     form's scaled to `reference_grid` where given (`grid_indices`) and, `indexing="ij"` (EVA-02),
-    given as (column, row), so that the first half of the pairs turns along the rows.
+    given as (column, row), so that the first half of the pairs turns along the rows; the axial
+    indices start at `index_offset` (Perception Encoder's 1).
 
     While training, `shift` adds one uniform draw in `[-shift, shift]` per axis, `jitter`
     multiplies each axis by a log-uniform draw in `[1 / jitter, jitter]` and `rescale` both
     axes by one in `[1 / rescale, rescale]` (DINOv3's augmentation; None: off)."""
 
     def __init__(self, grid_size, num_prefix_tokens=0, shift=None, jitter=None, rescale=None, seed=None,
-                 form="dinov3", reference_grid=None, indexing="xy", **kwargs):
+                 form="dinov3", reference_grid=None, indexing="xy", index_offset=0.0, **kwargs):
         super().__init__(**{"dtype": "float32", **kwargs})
         if form not in FORMS:
             raise ValueError(f"Unknown rope form {form!r}; expected one of {FORMS}.")
@@ -134,6 +135,7 @@ class RopePositionEmbedding(keras.layers.Layer):
         if indexing not in INDEXINGS:
             raise ValueError(f"Unknown rope indexing {indexing!r}; expected one of {INDEXINGS}.")
         self.indexing = indexing
+        self.index_offset = float(index_offset)
         self.reference_grid = None if reference_grid is None else tuple(int(s) for s in reference_grid)
         self.grid_size = tuple(int(s) for s in grid_size)
         self.num_prefix_tokens = int(num_prefix_tokens)
@@ -161,7 +163,8 @@ class RopePositionEmbedding(keras.layers.Layer):
         if self.form == "dinov3":
             coordinates = patch_coordinates(h, w)
         else:
-            coordinates = grid_indices(h, w, self.reference_grid if self.form == "axial" else None)
+            axial = self.form == "axial"
+            coordinates = grid_indices(h, w, self.reference_grid if axial else None, self.index_offset if axial else 0.0)
             if self.indexing == "ij":
                 coordinates = ops.flip(coordinates, axis=1)
         if training:
@@ -175,4 +178,5 @@ class RopePositionEmbedding(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "grid_size": self.grid_size, "num_prefix_tokens": self.num_prefix_tokens,
                 "shift": self.shift, "jitter": self.jitter, "rescale": self.rescale, "seed": self.seed,
-                "form": self.form, "reference_grid": self.reference_grid, "indexing": self.indexing}
+                "form": self.form, "reference_grid": self.reference_grid, "indexing": self.indexing,
+                "index_offset": self.index_offset}

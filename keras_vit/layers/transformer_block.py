@@ -30,6 +30,7 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
     `MultiHeadSelfAttention`'s; `mlp_bias=False`: an MLP without biases; `norm="rmsnorm"`:
     RMSNorm (`keras_vit.layers.norms`) for `ln_1`, `ln_2` (and the query / key norms);
     `mlp_norm=True`: a norm of that kind in the MLP before its output layer (EVA-02);
+    `attention_norm=True`: one in the attention before its output projection (EVA-CLIP's sub-LN);
     `quick_gelu=True`: the GELU MLP's activation is `x * sigmoid(1.702 x)` (OpenAI CLIP).
 
     LayerNorm / RMSNorm run in float32 under mixed precision (Keras' LayerNormalization upcasts), and
@@ -59,6 +60,7 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         norm="layernorm",
         mlp_norm=False,
         quick_gelu=False,
+        attention_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -83,7 +85,7 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
         self.attention = MultiHeadSelfAttention(
             num_heads, attention_dropout_rate, seed=seed, rope_theta=rope_theta, rope_form=rope_form, key_bias=key_bias, qkv_bias=qkv_bias,
             proj_bias=proj_bias, qk_norm=qk_norm, norm=norm, layer_norm_epsilon=self.layer_norm_epsilon,
-            causal=causal, name="attention", dtype=policy,
+            causal=causal, out_norm=attention_norm, name="attention", dtype=policy,
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=policy)
         self.ln_2 = normalization(norm, self.layer_norm_epsilon, "ln_2", policy)
@@ -146,4 +148,5 @@ class TransformerBlock(Float32Stream, keras.layers.Layer):
             "norm": self.norm,
             "mlp_norm": self.mlp.hidden_norm is not None,
             "quick_gelu": self.mlp.quick_gelu,
+            "attention_norm": self.attention.out_norm is not None,
         }

@@ -62,7 +62,7 @@ def _pool(config, tokens, valid=None):
     masked = {} if valid is None else {"valid": valid}
     if config.head_pooling == "map":
         return MAPHead(
-            config.num_heads,
+            config.map_heads or config.num_heads,
             config.mlp_dim,
             approximate_gelu=config.approximate_gelu,
             layer_norm_epsilon=config.layer_norm_epsilon,
@@ -128,7 +128,7 @@ def build_model(config, input_shape, input_tensor=None, default_size=(DEFAULT_SI
         rope["rope"] = position(grid, num_prefix_tokens=config.position_prefix, shift=config.rope_shift,
                                 jitter=config.rope_jitter, rescale=config.rope_rescale, seed=config.seed,
                                 form=config.rope_form, reference_grid=config.rope_reference_grid,
-                                indexing=config.rope_indexing,
+                                indexing=config.rope_indexing, index_offset=config.rope_offset,
                                 name="rope_input" if config.rope_absolute else "posembed_input")(tokens, patches)
         position = PositionEmbedding if config.rope_absolute else None  # EVA-02: a learned table as well
     if position is not None:
@@ -165,7 +165,8 @@ def _finish(config, inputs, tokens, encoder_inputs):
         if config.fc_norm:
             outputs = normalization(config.norm, config.layer_norm_epsilon, "fc_norm")(outputs)
         if config.projection_dim:
-            outputs = keras.layers.Dense(config.projection_dim, use_bias=False, name="projection")(outputs)
+            outputs = keras.layers.Dense(config.projection_dim, use_bias=config.projection_bias,
+                                         name="projection")(outputs)
     if config.include_top:
         if config.unit_features:
             outputs = keras.layers.UnitNormalization(name="unit_features")(outputs)

@@ -11,13 +11,15 @@ width / 64, as every named CLIP), the activation from `model_cfg.quick_gelu`. Th
 OpenCLIP's default; it pools at the end-of-text token (its `argmax` of the ids: end-of-text has
 the largest id of its vocabulary), read from the folder's tokenizer files. Text towers built
 otherwise (`hf_model_name`, `no_causal_mask`, another `pool_type`, `embed_cls`, LayerScale, a
-projection bias) are refused in one line."""
+projection bias) are refused in one line. OpenCLIP's `CustomTextCLIP` models (`custom_text`: EVA-CLIP's
+`EVA02-*`) hold the same tower under `text.`, read alike."""
 
 from keras_vit.text.config import TextConfig
 from keras_vit.text.tokenizers import tokenizer_from_folder
 
 BLOCK = "transformer.resblocks.{i}."
 HEAD_WIDTH = 64
+CUSTOM = "text."  # `CustomTextCLIP`'s text tower prefix (its `logit_scale` at the top)
 # text_cfg settings of OpenCLIP's `CLIPTextCfg` this reader takes only at their default
 DEFAULTS = {"hf_model_name": None, "no_causal_mask": False, "pool_type": "argmax", "embed_cls": False,
             "ls_init_value": None, "proj_bias": False, "final_ln_after_pool": False, "proj_type": "linear",
@@ -27,8 +29,9 @@ RENAMES = {"ln_1": "layer_norm1", "ln_2": "layer_norm2", "attn.out_proj": "self_
 
 
 def is_open_clip(tensors):
-    """Whether `tensors` (a checkpoint's keys) hold an OpenCLIP text tower."""
-    return "token_embedding.weight" in tensors and "ln_final.weight" in tensors
+    """Whether `tensors` (a checkpoint's keys) hold an OpenCLIP text tower (also under `text.`)."""
+    return any(prefix + "token_embedding.weight" in tensors and prefix + "ln_final.weight" in tensors
+               for prefix in ("", CUSTOM))
 
 
 def _text_cfg(meta, path):
@@ -47,6 +50,9 @@ def read(folder, tensors, meta):
     """`(TextConfig, tensors under transformers' CLIPTextModelWithProjection names, logit_scale,
     logit_bias)` of an OpenCLIP checkpoint's `tensors` (its keys, `visual.*` left aside)."""
     text, model = _text_cfg(meta, folder)
+    if CUSTOM + "token_embedding.weight" in tensors:
+        tensors = {**{k[len(CUSTOM):]: v for k, v in tensors.items() if k.startswith(CUSTOM)},
+                   **{k: tensors[k] for k in ("logit_scale", "logit_bias") if k in tensors}}
     missing = [key for key in ("positional_embedding", "text_projection") if key not in tensors]
     if missing:
         raise ValueError(f"{folder}: the OpenCLIP text tower lacks {', '.join(missing)}.")

@@ -46,7 +46,7 @@ def read_text_tower(folder):
     kind = config.get("model_type")
     if kind not in MODEL_TYPES and open_clip.is_open_clip(raw.tensors):
         settings, tensors, scale, bias = open_clip.read(folder, raw.tensors, raw.meta)
-        return TextTower(folder, settings, tensors, scale, bias, "visual.conv1.weight" in raw.tensors)
+        return TextTower(folder, settings, tensors, scale, bias, any(k.startswith("visual.") for k in raw.tensors))
     if kind not in MODEL_TYPES:
         raise ValueError(f"{folder}: config.json's model_type is {kind!r}, which has no text tower keras_vit reads "
                          f"(expected one of {', '.join(MODEL_TYPES)}); for an image tower alone use "

@@ -152,8 +152,8 @@ class Run:
 
 
 # The builder options a checkpoint holds that the model must share to load it, which a run takes
-# from its weights: CLIP's image tower and a zero-shot head's unit-length features.
-WEIGHTS_OWN = ("pre_norm", "patch_bias", "projection_dim", "unit_features")
+# from its weights: CLIP's (and EVA-CLIP's) image tower and a zero-shot head's unit-length features.
+WEIGHTS_OWN = ("pre_norm", "patch_bias", "projection_dim", "unit_features", "attention_norm", "projection_bias")
 
 
 def _weights_and_own(config):

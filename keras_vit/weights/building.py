@@ -10,7 +10,7 @@ from keras_vit.config.interpolation import DEFAULT
 from keras_vit.layers.position_embedding import resize_position_embedding
 from keras_vit.config.vit_config import resolve_own
 from keras_vit.weights import stems, variables
-from keras_vit.weights.canonical import ATTN, FC_NORM, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS, PROJECTION
+from keras_vit.weights.canonical import ATTN, FC_NORM, HEAD, HEAD_DIST, MAP, MLP, POSEMB, PRE_LOGITS, PROJECTION, PROJECTION_BIAS
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.patch_resize import resized_patch_kernel
 
@@ -46,7 +46,7 @@ def check_architecture(ckpt, config):
             f"the checkpoint's final LayerNorm is {where[ckpt.fc_norm]}, the model's {where[config.fc_norm]} "
             f"(build it with fc_norm={ckpt.fc_norm})"
         )
-    for name in ("pre_norm", "patch_bias"):  # CLIP's
+    for name in ("pre_norm", "patch_bias", "attention_norm"):  # CLIP's, EVA-CLIP's
         if getattr(ckpt, name) != getattr(config, name):
             problems.append(f"the checkpoint has {name}={getattr(ckpt, name)}, the model {name}={getattr(config, name)} "
                             f"(build it with {name}={getattr(ckpt, name)})")
@@ -57,6 +57,9 @@ def check_architecture(ckpt, config):
     if config.projection_dim and ckpt.projection_dim != config.projection_dim:
         problems.append(f"the checkpoint's image projection is {ckpt.projection_dim or 'absent'} wide, the model's "
                         f"{config.projection_dim} (build it with projection_dim={ckpt.projection_dim})")
+    if config.projection_dim and ckpt.projection_bias != config.projection_bias:
+        problems.append(f"the checkpoint's image projection has projection_bias={ckpt.projection_bias}, the model "
+                        f"projection_bias={config.projection_bias} (build it with projection_bias={ckpt.projection_bias})")
     if ckpt.num_registers != config.num_registers:
         problems.append(
             f"the checkpoint has {ckpt.num_registers} register tokens, the model {config.num_registers} "
@@ -89,6 +92,7 @@ def select_head(ckpt, config):
             tensors.pop(key, None)
     if not (pooled and config.projection_dim):  # the features before CLIP's image projection
         tensors.pop(PROJECTION, None)
+        tensors.pop(PROJECTION_BIAS, None)
     if not (config.include_top and config.distillation_head):
         for key in HEAD_DIST:
             tensors.pop(key, None)

@@ -33,6 +33,8 @@ LAYER_SCALE = (BLOCK + "LayerScale_1/scale", BLOCK + "LayerScale_3/scale")
 QK_NORM = tuple(ATTN + f"{n}_norm/" for n in ("query", "key"))
 # EVA-02's norm of the MLP's hidden features (timm's `scale_mlp`, `mlp.norm`).
 MLP_NORM = MLP + "LayerNorm_0/"
+# EVA-CLIP's norm of the attention's joined head outputs before `out` (timm's `scale_attn_inner`, `attn.norm`).
+ATTN_NORM = ATTN + "out_norm/"
 # RoPE-Mixed's learned rotary frequencies `(fx, fy)` of each block, `(2, heads, head_dim // 2)`.
 ROPE_FREQS = ATTN + "rope_frequencies"
 # AIMv2's norm of the patch embeddings (`patch_norm`): `scale`, and `bias` for a LayerNorm.
@@ -41,6 +43,7 @@ EMBEDDING_NORM = "embedding_norm/"
 # `(width, projection_dim)` on the pooled features.
 PRE_NORM = "pre_norm/"
 PROJECTION = "projection/kernel"
+PROJECTION_BIAS = "projection/bias"  # EVA-CLIP's (timm's `head` with its trained bias)
 MAP = "MAPHead_0/"
 # EoMT's segmentation head (`keras_vit.dense.eomt`; no original npz exists, so named here): the queries joined
 # before the last blocks, the class and mask heads, the upscaling blocks, and transformers' `attn_mask_probs` (read,
@@ -195,6 +198,10 @@ class Checkpoint:
         return MLP_NORM.format(i=0) + "scale" in self.tensors
 
     @property
+    def attention_norm(self):
+        return ATTN_NORM.format(i=0) + "scale" in self.tensors
+
+    @property
     def layer_scale(self):
         return LAYER_SCALE[0].format(i=0) in self.tensors
 
@@ -226,6 +233,10 @@ class Checkpoint:
     @property
     def projection_dim(self):
         return (self.shape(PROJECTION) or [None])[-1]
+
+    @property
+    def projection_bias(self):
+        return PROJECTION_BIAS in self.tensors
 
     @property
     def patch_norm(self):
@@ -303,7 +314,7 @@ class Checkpoint:
                   EMBEDDING_NORM + "scale": (width,), EMBEDDING_NORM + "bias": (width,),
                   PRE_NORM + "scale": (width,), PRE_NORM + "bias": (width,)}
         if self.projection_dim:
-            shapes[PROJECTION] = (width, self.projection_dim)
+            shapes[PROJECTION], shapes[PROJECTION_BIAS] = (width, self.projection_dim), (self.projection_dim,)
         if REG in self.tensors:
             shapes[REG] = (1, self.num_registers, width)
         shapes.update({key: (width,) for key in ("Transformer/encoder_norm/scale", "Transformer/encoder_norm/bias", *FC_NORM)})
@@ -324,6 +335,7 @@ class Checkpoint:
             shapes.update({mlp_block + "Dense_0/kernel": (width, hidden), mlp_block + "Dense_0/bias": (hidden,)})
             shapes.update({mlp_block + "Dense_1/kernel": (mlp, width), mlp_block + "Dense_1/bias": (width,)})
             shapes.update({MLP_NORM.format(i=i) + p: (mlp,) for p in ("scale", "bias")})
+            shapes.update({ATTN_NORM.format(i=i) + p: (width,) for p in ("scale", "bias")})
         attention(MAP_ATTN)  # the MAP head: a probe token, attention, LayerNorm and a GELU MLP of the blocks' width
         shapes.update({MAP + "probe": (1, 1, width), MAP + "LayerNorm_0/scale": (width,), MAP + "LayerNorm_0/bias": (width,)})
         shapes.update({MAP + "MlpBlock_0/Dense_0/kernel": (width, mlp), MAP + "MlpBlock_0/Dense_0/bias": (mlp,),
@@ -411,9 +423,13 @@ class Checkpoint:
             **({"rope_indexing": self.rope_indexing} if self.rope_indexing not in (None, "xy") else {}),
             **({"rope_reference_grid": tuple(self.rope_reference_grid)} if self.rope_reference_grid else {}),
             **({"mlp_norm": True} if self.mlp_norm else {}),
+            attention_norm=self.attention_norm,
+            rope_offset=float(self.rope_offset or 0.0),
+            map_heads=self.map_heads if self.map_heads and self.map_heads != self.num_heads else None,
             pre_norm=self.pre_norm,
             patch_bias=self.patch_bias,
             projection_dim=self.projection_dim,
+            projection_bias=self.projection_bias,
             unit_features=bool(self.unit_features),
         )
 

@@ -12,7 +12,8 @@ import numpy as np
 from keras_vit.utils.files import atomic_path, check_space, check_target, one_line_errors
 from keras_vit.weights import containers, formats, variables
 from keras_vit.weights.canonical import BLOCK, EOMT_MASK_PROBS, EOMT_QUERIES, Checkpoint
-from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, HEAD_OPTIONS
+from keras_vit.weights.formats.base import (AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, EVA_CLIP_OPTIONS, HEAD_OPTIONS,
+                                            PE_OPTIONS)
 from keras_vit.weights.lazy import LazyArray
 from keras_vit.weights.reading import read_checkpoint, weights_checkpoint
 
@@ -60,6 +61,8 @@ def model_checkpoint(model):
         rope_form=attention.rope_form if rope else None, sincos_form=getattr(posembed, "form", None) if not rope else None,
         rope_indexing=rope.indexing if rope else None, rope_reference_grid=rope.reference_grid if rope else None,
         quick_gelu=block.mlp.quick_gelu, unit_features="unit_features" in names,
+        rope_offset=rope.index_offset if rope else None,
+        map_heads=model.get_layer("map_head").num_heads if pooling == "map" else None,
     )
 
 
@@ -155,7 +158,8 @@ def _check_block_options(fmt, ckpt):
     from keras_vit.config.vit_config import ViTConfig
 
     architecture = ckpt.architecture()
-    refused = [name for name in BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS + HEAD_OPTIONS
+    refused = [name for name in BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS + EVA_CLIP_OPTIONS + PE_OPTIONS
+               + HEAD_OPTIONS
                if architecture[name] != ViTConfig.__dataclass_fields__[name].default and name not in fmt.block_options]
     if refused:
         used = ", ".join(f"{name}={architecture[name]!r}" for name in refused)

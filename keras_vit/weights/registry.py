@@ -63,7 +63,7 @@ def entries(variant=None):
 # What tells the named models apart besides the five numbers (a DeiT-B/16 has ViT-B/16's).
 # Register tokens do not: DINOv2's `reg4` files are entries of the DINOv2 models.
 _OPTIONS = ("class_token", "distillation_token", "position_embedding", "rope_form", "rope_absolute", "mlp",
-            "patch_norm", "pre_norm")
+            "patch_norm", "pre_norm", "attention_norm")
 
 
 def _signature(args):

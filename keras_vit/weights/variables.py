@@ -5,8 +5,9 @@
 
 from keras_vit.weights import stems
 from keras_vit.weights.canonical import (
-    ATTN, BLOCK, DIST, EMBEDDING_NORM, EOMT_CLASS, EOMT_MASK_MLP, EOMT_QUERIES, EOMT_UPSCALE, FC_NORM, HEAD_DIST,
-    LAYER_SCALE, MAP, MAP_ATTN, MLP, MLP_NORM, POSEMB, PRE_NORM, PROJECTION, QK_NORM, QKV, REG, ROPE_FREQS,
+    ATTN, ATTN_NORM, BLOCK, DIST, EMBEDDING_NORM, EOMT_CLASS, EOMT_MASK_MLP, EOMT_QUERIES, EOMT_UPSCALE, FC_NORM, HEAD_DIST,
+    LAYER_SCALE, MAP, MAP_ATTN, MLP, MLP_NORM, POSEMB, PRE_NORM, PROJECTION, PROJECTION_BIAS, QK_NORM, QKV, REG,
+    ROPE_FREQS,
 )
 from keras_vit.weights.lazy import concat
 from keras_vit.weights.table import Row, Table, pairs
@@ -106,6 +107,7 @@ TABLE = Table(
     + pairs(
         ("embedding/bias", "embedding/bias"),
         (PROJECTION, "projection/kernel"),
+        (PROJECTION_BIAS, "projection/bias"),
         ("cls", "class_token/cls"),
         (DIST, "dist_token/tokens"),
         (REG, "registers/tokens"),
@@ -129,6 +131,7 @@ TABLE = Table(
     + pairs((ATTN + "out/bias", BLOCK_PATH + "attention/out/bias"), optional=True)
     + _norm(QK_NORM[0], BLOCK_PATH + "attention/q_norm/", optional=True)
     + _norm(QK_NORM[1], BLOCK_PATH + "attention/k_norm/", optional=True)
+    + _norm(ATTN_NORM, BLOCK_PATH + "attention/out_norm/", optional=True)
     + _norm(BLOCK + "LayerNorm_2/", BLOCK_PATH + "ln_2/")
     + _norm(MLP_NORM, BLOCK_PATH + "mlp/norm/", optional=True)
     + pairs(*((MLP + f"Dense_{j}/kernel", BLOCK_PATH + f"mlp/dense_{j}/kernel") for j in (0, 1)))

@@ -9,7 +9,7 @@ import pytest
 import keras_vit
 from keras_vit.families import FAMILIES
 from tests.support.models import shapes_only
-from tests.support.timm_rope_vit import eva02_shapes
+from tests.support.timm_rope_vit import eva02_shapes, pe_shapes
 from tests.support.timm_rope_vit import shapes as rope_vit_shapes
 
 torch = pytest.importorskip("torch")
@@ -54,6 +54,12 @@ ROPE_VIT = {f"RoPE{kind}{ape}ViT{size}16": (d, n, h, kind == "Mixed", bool(ape))
 # EVA-02: timm's key shapes (`eva.py`) of width, depth, heads, SwiGLU width, grid, unfused (B / L).
 EVA02 = {"EVA02Ti14": (192, 12, 3, 512, 24, False), "EVA02S14": (384, 12, 6, 1024, 24, False),
          "EVA02B14": (768, 12, 12, 2048, 32, True), "EVA02L14": (1024, 24, 16, 2730, 32, True)}
+# EVA-CLIP: timm's key shapes of width, depth, heads, SwiGLU width, patch, grid, projection (`eva02_*_clip_*`).
+EVA_CLIP = {"EVA02CLIPB16": (768, 12, 12, 2048, 16, 14, 512), "EVA02CLIPL14": (1024, 24, 16, 2730, 14, 16, 768)}
+# PE-core: timm's key shapes (`vit_pe_core_*`) of width, depth, MLP width, patch, grid, projection; less the
+# projection's zero bias, which keras_vit's bias-free projection does not keep.
+PE_CORE = {"PECoreT16": (192, 12, 768, 16, 24, 512), "PECoreS16": (384, 12, 1536, 16, 24, 512),
+           "PECoreB16": (768, 12, 3072, 16, 14, 1024), "PECoreL14": (1024, 24, 4096, 14, 24, 1024)}
 # README's table (keras_vit's own count; checked below against the references).
 PARAMETERS = {
     "DeiTTi16": 5_910_800, "DeiTS16": 22_436_432, "DeiTB16": 87_338_192,
@@ -71,6 +77,8 @@ PARAMETERS = {
     "AIMv2L14Native": 308_935_680,
     "CLIPB32": 87_849_216, "CLIPB16": 86_192_640, "CLIPL14": 303_966_208, "CLIPH14": 632_076_800,
     "CLIPBigG14": 1_844_907_264,
+    "EVA02CLIPB16": 86_272_256, "EVA02CLIPL14": 304_129_728,
+    "PECoreT16": 6_140_544, "PECoreS16": 23_782_656, "PECoreB16": 93_672_960, "PECoreL14": 317_151_232,
 }
 
 
@@ -81,6 +89,12 @@ def _reference_count(name):
     if name in EVA02:  # and keras_vit's zero key bias, `D` per block
         d, n, h, m, grid, unfused = EVA02[name]
         return sum(math.prod(shape) for shape in eva02_shapes(d, n, h, m, grid=grid, unfused=unfused).values()) + d * n
+    if name in EVA_CLIP:  # and keras_vit's zero key bias
+        d, n, h, m, p, grid, e = EVA_CLIP[name]
+        return sum(math.prod(s) for s in eva02_shapes(d, n, h, m, p, grid, e, clip=True).values()) + d * n
+    if name in PE_CORE:
+        d, n, m, p, grid, e = PE_CORE[name]
+        return sum(math.prod(s) for s in pe_shapes(d, n, m, p, grid, e).values()) - e
     model_class, config_class, args = REFERENCES[name]
     with torch.device("meta"):
         model = getattr(transformers, model_class)(getattr(transformers, config_class)(**args))

@@ -88,15 +88,16 @@ def siglip_folder(folder, tokenizer="spiece", seed=0):
     return model
 
 
-def clip_folder(folder, text_only=False, seed=0, kind="CLIP", eos_token_id=1):
+def clip_folder(folder, text_only=False, seed=0, kind="CLIP", eos_token_id=1, hidden_act="quick_gelu", context=77):
     """A random `CLIPModel` (or `CLIPTextModelWithProjection`) folder with CLIP's BPE files and a
     `CLIPImageProcessor` config (shortest edge, centre crop); the torch model. `kind="MetaClip2"`:
-    a `MetaClip2Model` (CLIP's architecture, pooled at `eos_token_id` whatever its value)."""
+    a `MetaClip2Model` (CLIP's architecture, pooled at `eos_token_id` whatever its value);
+    `hidden_act`, `context`: the text tower's activation and context length."""
     import transformers
 
     vocab = write_clip_tokenizer(folder)
-    text = dict(TOWER, vocab_size=vocab, max_position_embeddings=77, bos_token_id=0, eos_token_id=eos_token_id,
-                pad_token_id=1, projection_dim=24)
+    text = dict(TOWER, vocab_size=vocab, max_position_embeddings=context, bos_token_id=0, eos_token_id=eos_token_id,
+                pad_token_id=1, projection_dim=24, hidden_act=hidden_act)
     if text_only:
         model = getattr(transformers, f"{kind}TextModelWithProjection")(getattr(transformers, f"{kind}TextConfig")(**text))
     else:
@@ -157,14 +158,70 @@ def open_clip_state(model):
     the text tower (`token_embedding`, `positional_embedding`, `transformer.*`, `ln_final`,
     `text_projection` used as `x @ text_projection`) and `logit_scale`."""
     sd = {k: v.numpy() for k, v in model.state_dict().items()}
-    t = "text_model."
     out = open_clip_keys(sd, model.config.vision_config.num_hidden_layers)
-    out.update(_open_clip_blocks(sd, t, "", model.config.text_config.num_hidden_layers))
-    out.update({"token_embedding.weight": sd[t + "embeddings.token_embedding.weight"],
-                "positional_embedding": sd[t + "embeddings.position_embedding.weight"],
-                "ln_final.weight": sd[t + "final_layer_norm.weight"], "ln_final.bias": sd[t + "final_layer_norm.bias"],
-                "text_projection": sd["text_projection.weight"].T.copy(), "logit_scale": sd["logit_scale"]})
+    out.update(open_clip_text_keys(sd, model.config.text_config.num_hidden_layers))
+    out["logit_scale"] = sd["logit_scale"]
     return out
+
+
+def open_clip_text_keys(sd, depth, prefix=""):
+    """transformers' CLIP text tower (`sd`: NumPy, `text_model.*` and `text_projection`) as OpenCLIP's
+    text keys under `prefix` ("text." in its `CustomTextCLIP`)."""
+    t = "text_model."
+    out = {prefix + k: v for k, v in _open_clip_blocks(sd, t, "", depth).items()}
+    out.update({prefix + "token_embedding.weight": sd[t + "embeddings.token_embedding.weight"],
+                prefix + "positional_embedding": sd[t + "embeddings.position_embedding.weight"],
+                prefix + "ln_final.weight": sd[t + "final_layer_norm.weight"],
+                prefix + "ln_final.bias": sd[t + "final_layer_norm.bias"],
+                prefix + "text_projection": sd["text_projection.weight"].T.copy()})
+    return out
+
+
+# OpenCLIP's `CustomTextCLIP` models with timm image towers: timm's model name, pooling, text context, mean / std.
+TIMM_TOWERS = {"eva": ("eva02_base_patch16_clip_224", "token", 77, [0.48145466, 0.4578275, 0.40821073],
+                       [0.26862954, 0.26130258, 0.27577711]),
+               "pe": ("vit_pe_core_base_patch16_224", "map", 32, [0.5] * 3, [0.5] * 3)}
+
+
+def timm_clip_folder(folder, rng, tower="eva", kind="safetensors", heads=2):
+    """An OpenCLIP `EVA02-*` (`tower="eva"`) or `PE-Core-*` ("pe") hub folder (`CustomTextCLIP`): a random
+    timm image tower (`timm_rope_vit.eva02_state_dict(clip=True)` / `pe_state_dict`, patches of 8 on a 4 x 4
+    grid, projected to 24) under `visual.trunk.`, a random transformers `CLIPTextModelWithProjection` (GELU)
+    rewritten under `text.`, `logit_scale`, `open_clip_config.json` (its `timm_model_kwargs` giving the
+    head count) and CLIP's tokenizer files. Returns `(text model, the image tower's timm state dict,
+    logit_scale)`."""
+    import torch
+
+    from keras_vit.weights.containers import write_safetensors
+    from tests.support.timm_rope_vit import eva02_state_dict, pe_state_dict
+
+    name, pool, context, mean, std = TIMM_TOWERS[tower]
+    text_model = clip_folder(folder, text_only=True, hidden_act="gelu", context=context)
+    for file in ("config.json", "model.safetensors"):
+        os.remove(os.path.join(folder, file))
+    trunk = (eva02_state_dict(rng, width=32, depth=2, heads=heads, hidden=48, patch=8, grid=IMAGE // 8, classes=24,
+                              clip=True) if tower == "eva"
+             else pe_state_dict(rng, width=32, depth=2, mlp=64, patch=8, grid=IMAGE // 8, projection=24))
+    scale = np.asarray(np.log(1 / 0.07), np.float32)
+    state = {**{"visual.trunk." + k: v for k, v in trunk.items()}, "logit_scale": scale,
+             **open_clip_text_keys({k: v.numpy() for k, v in text_model.state_dict().items()},
+                                   text_model.config.num_hidden_layers, "text.")}
+    if kind == "safetensors":
+        write_safetensors(os.path.join(folder, "open_clip_model.safetensors"), state)
+    else:
+        torch.save({k: torch.from_numpy(np.ascontiguousarray(a)) for k, a in state.items()},
+                   os.path.join(folder, "open_clip_pytorch_model.bin"))
+    text = text_model.config
+    config = {"model_cfg": {"embed_dim": 24, "custom_text": True,
+                            "vision_cfg": {"image_size": IMAGE, "timm_model_name": name, "timm_model_pretrained": False,
+                                           "timm_pool": pool, "timm_proj": None, "timm_model_kwargs": {"num_heads": heads}},
+                            "text_cfg": {"context_length": context, "vocab_size": text.vocab_size,
+                                         "width": text.hidden_size, "heads": text.num_attention_heads,
+                                         "layers": text.num_hidden_layers}},
+              "preprocess_cfg": {"mean": mean, "std": std}}
+    with open(os.path.join(folder, "open_clip_config.json"), "w", encoding="utf-8") as handle:
+        json.dump(config, handle)
+    return text_model, trunk, float(scale)
 
 
 def open_clip_folder(folder, kind="safetensors", seed=0):

@@ -9,13 +9,14 @@ import torch
 import torch.nn.functional as F
 
 
-def axial_embed(h, w, head_dim, temperature, reference=None, swap_xy=False):
+def axial_embed(h, w, head_dim, temperature, reference=None, swap_xy=False, offset=0.0):
     """timm's `build_rotary_pos_embed` with `in_pixels=False, grid_indexing='xy'`: `(sin, cos)`,
-    each `(h * w, head_dim)`. `swap_xy`: the `'ij'` order (a mutation for the tests)."""
+    each `(h * w, head_dim)`. `swap_xy`: the `'ij'` order (a mutation for the tests); `offset`:
+    `grid_offset`, added to the indices before the reference scaling."""
     bands = 1.0 / temperature ** (torch.arange(head_dim // 4, dtype=torch.float32) / (head_dim // 4))
     shape = [h, w] if swap_xy else [w, h]
     ref = None if reference is None else ([reference[0], reference[1]] if swap_xy else [reference[1], reference[0]])
-    t = [torch.arange(s, dtype=torch.float32) for s in shape]
+    t = [torch.arange(s, dtype=torch.float32) + offset for s in shape]
     if ref is not None:
         t = [x / f * r for x, f, r in zip(t, shape, ref)]
     grid = torch.stack(torch.meshgrid(t, indexing="ij" if swap_xy else "xy"), dim=-1).unsqueeze(-1)
@@ -153,9 +154,10 @@ def resample_pos_embed(posemb, h, w, prefix=1):
 
 
 def eva02_forward(sd, image, heads, eps=1e-6, indexing="ij", table=True, mlp_norm=True, key_bias=0.0,
-                  prefix_rotated=False):
-    """timm `Eva` logits of an EVA-02 state dict; the keywords but `heads` / `eps` are mutations for the
-    tests: 'xy' order, the table left out, the MLP's inner norm left out, a key bias, the class token rotated."""
+                  prefix_rotated=False, attn_norm=True):
+    """timm `Eva` logits of an EVA-02 state dict (EVA-CLIP's: its image features, `eva02_shapes(clip=True)`);
+    the keywords but `heads` / `eps` are mutations for the tests: 'xy' order, the table left out, the MLP's
+    or the attention's inner norm left out, a key bias, the class token rotated."""
     sd = {k: torch.as_tensor(np.asarray(v)) for k, v in sd.items()}
     x = F.conv2d(image, sd["patch_embed.proj.weight"], sd["patch_embed.proj.bias"],
                  stride=sd["patch_embed.proj.weight"].shape[-1])
@@ -182,6 +184,8 @@ def eva02_forward(sd, image, heads, eps=1e-6, indexing="ij", table=True, mlp_nor
         q = torch.cat([q[:, :, :npt], apply(q[:, :, npt:], sin, cos)], dim=2)
         k = torch.cat([k[:, :, :npt], apply(k[:, :, npt:], sin, cos)], dim=2)
         y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch, -1, width)
+        if p + "attn.norm.weight" in sd and attn_norm:  # EVA-CLIP's `scale_attn_inner`
+            y = F.layer_norm(y, (width,), sd[p + "attn.norm.weight"], sd[p + "attn.norm.bias"], eps)
         x = x + F.linear(y, sd[p + "attn.proj.weight"], sd[p + "attn.proj.bias"])
         y = F.layer_norm(x, (width,), sd[p + "norm2.weight"], sd[p + "norm2.bias"], eps)
         if p + "mlp.fc1_g.weight" in sd:  # timm's `SwiGLU`: the inner norm before fc2
@@ -193,13 +197,19 @@ def eva02_forward(sd, image, heads, eps=1e-6, indexing="ij", table=True, mlp_nor
             gate, value = F.linear(y, sd[p + "mlp.fc1.weight"], sd[p + "mlp.fc1.bias"]).chunk(2, dim=-1)
             y = F.silu(gate) * value
         x = x + F.linear(y, sd[p + "mlp.fc2.weight"], sd[p + "mlp.fc2.bias"])
-    x = F.layer_norm(x[:, 1:].mean(dim=1), (width,), sd["fc_norm.weight"], sd["fc_norm.bias"], eps)
+    if "fc_norm.weight" in sd:
+        x = F.layer_norm(x[:, 1:].mean(dim=1), (width,), sd["fc_norm.weight"], sd["fc_norm.bias"], eps)
+    else:  # EVA-CLIP: the final norm on the tokens, the class token pooled
+        x = F.layer_norm(x, (width,), sd["norm.weight"], sd["norm.bias"], eps)[:, 0]
     return F.linear(x, sd["head.weight"], sd["head.bias"])
 
 
-def eva02_shapes(width, depth, heads, hidden, patch=14, grid=16, classes=1000, unfused=False):
+def eva02_shapes(width, depth, heads, hidden, patch=14, grid=16, classes=1000, unfused=False, clip=False):
     """timm's state-dict keys and shapes of an `eva02_*_patch14_*` (`unfused`: B / L's `qkv_fused=False,
-    scale_mlp=True`); `hidden` is `int(width * 4 * 2 / 3)`."""
+    scale_mlp=True`); `hidden` is `int(width * 4 * 2 / 3)`. `clip`: EVA-CLIP's `eva02_*_clip_*` (B / L's
+    layout, the attention's inner `attn.norm`, the final `norm` instead of `fc_norm`, `head` its projection
+    to `classes`)."""
+    unfused = unfused or clip
     out = {"cls_token": (1, 1, width), "pos_embed": (1, 1 + grid * grid, width),
            "patch_embed.proj.weight": (width, 3, patch, patch), "patch_embed.proj.bias": (width,),
            "fc_norm.weight": (width,), "fc_norm.bias": (width,), "head.weight": (classes, width), "head.bias": (classes,)}
@@ -217,10 +227,85 @@ def eva02_shapes(width, depth, heads, hidden, patch=14, grid=16, classes=1000, u
         else:
             out.update({p + "attn.qkv.weight": (3 * width, width), p + "attn.q_bias": (width,), p + "attn.v_bias": (width,),
                         p + "mlp.fc1.weight": (2 * hidden, width), p + "mlp.fc1.bias": (2 * hidden,)})
+        if clip:
+            out.update({p + "attn.norm.weight": (width,), p + "attn.norm.bias": (width,)})
+    if clip:
+        out["norm.weight"], out["norm.bias"] = out.pop("fc_norm.weight"), out.pop("fc_norm.bias")
     return out
 
 
-def eva02_state_dict(rng, width=32, depth=2, heads=2, hidden=48, patch=4, grid=4, classes=5, unfused=False):
-    """Random float32 EVA-02 weights under timm's key names (`eva02_shapes`), scaled as `state_dict`'s."""
+def eva02_state_dict(rng, width=32, depth=2, heads=2, hidden=48, patch=4, grid=4, classes=5, unfused=False, clip=False):
+    """Random float32 EVA-02 (`clip`: EVA-CLIP) weights under timm's key names (`eva02_shapes`), scaled as
+    `state_dict`'s."""
     return {k: np.asarray(v, np.float32) for k, v in _random(rng, eva02_shapes(
-        width, depth, heads, hidden, patch, grid, classes, unfused)).items()}
+        width, depth, heads, hidden, patch, grid, classes, unfused, clip)).items()}
+
+
+# Perception Encoder core (timm `eva.py`: `vit_pe_core_*`, `Eva` with `attn_type='rope'` (`AttentionRope`: a fused
+# `qkv` with its bias), `use_pre_transformer_norm` (`norm_pre`, no patch-embedding bias), `rope_grid_offset=1`,
+# `rope_grid_indexing='xy'`, `ref_feat_shape` the native grid, `global_pool='map'` (`AttentionPoolLatent`, 8 heads),
+# LayerNorm epsilon 1e-5; the projection as `head` with a zero bias).
+def pe_forward(sd, image, heads, pool_heads=8, eps=1e-5, offset=1.0, pre_norm=True):
+    """timm `Eva` image features of a PE-core state dict; `offset` / `pre_norm` (and `pool_heads`) are mutations
+    for the tests."""
+    sd = {k: torch.as_tensor(np.asarray(v)) for k, v in sd.items()}
+    x = F.conv2d(image, sd["patch_embed.proj.weight"], stride=sd["patch_embed.proj.weight"].shape[-1])
+    batch, width, h, w = x.shape
+    x = torch.cat([sd["cls_token"].expand(batch, -1, -1), x.flatten(2).transpose(1, 2)], dim=1)
+    x = x + resample_pos_embed(sd["pos_embed"], h, w)
+    if pre_norm:
+        x = F.layer_norm(x, (width,), sd["norm_pre.weight"], sd["norm_pre.bias"], eps)
+    side = int(round((sd["pos_embed"].shape[1] - 1) ** 0.5))
+    head_dim, depth = width // heads, 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
+    sin, cos = axial_embed(h, w, head_dim, 10000.0, (side, side), offset=offset)
+    for i in range(depth):
+        p = f"blocks.{i}."
+        y = F.layer_norm(x, (width,), sd[p + "norm1.weight"], sd[p + "norm1.bias"], eps)
+        q, k, v = F.linear(y, sd[p + "attn.qkv.weight"], sd[p + "attn.qkv.bias"]).reshape(
+            batch, -1, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q = torch.cat([q[:, :, :1], apply(q[:, :, 1:], sin, cos)], dim=2)
+        k = torch.cat([k[:, :, :1], apply(k[:, :, 1:], sin, cos)], dim=2)
+        y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch, -1, width)
+        x = x + F.linear(y, sd[p + "attn.proj.weight"], sd[p + "attn.proj.bias"])
+        y = F.layer_norm(x, (width,), sd[p + "norm2.weight"], sd[p + "norm2.bias"], eps)
+        x = x + F.linear(F.gelu(F.linear(y, sd[p + "mlp.fc1.weight"], sd[p + "mlp.fc1.bias"])),
+                         sd[p + "mlp.fc2.weight"], sd[p + "mlp.fc2.bias"])
+    x = F.layer_norm(x, (width,), sd["norm.weight"], sd["norm.bias"], eps)
+    a, pool_dim = "attn_pool.", width // pool_heads  # timm's `AttentionPoolLatent`
+    q = F.linear(sd[a + "latent"], sd[a + "q.weight"], sd[a + "q.bias"]).reshape(1, 1, pool_heads, pool_dim)
+    k, v = F.linear(x, sd[a + "kv.weight"], sd[a + "kv.bias"]).reshape(batch, -1, 2, pool_heads, pool_dim).permute(
+        2, 0, 3, 1, 4).unbind(0)
+    y = F.scaled_dot_product_attention(q.transpose(1, 2).expand(batch, -1, -1, -1), k, v)
+    y = F.linear(y.transpose(1, 2).reshape(batch, 1, width), sd[a + "proj.weight"], sd[a + "proj.bias"])
+    z = F.layer_norm(y, (width,), sd[a + "norm.weight"], sd[a + "norm.bias"], eps)
+    y = y + F.linear(F.gelu(F.linear(z, sd[a + "mlp.fc1.weight"], sd[a + "mlp.fc1.bias"])),
+                     sd[a + "mlp.fc2.weight"], sd[a + "mlp.fc2.bias"])
+    return F.linear(y[:, 0], sd["head.weight"], sd["head.bias"])
+
+
+def pe_shapes(width, depth, mlp, patch=16, grid=14, projection=1024):
+    """timm's state-dict keys and shapes of a `vit_pe_core_*` (the pool's MLP as wide as the blocks')."""
+    out = {"cls_token": (1, 1, width), "pos_embed": (1, 1 + grid * grid, width),
+           "patch_embed.proj.weight": (width, 3, patch, patch), "norm_pre.weight": (width,), "norm_pre.bias": (width,),
+           "norm.weight": (width,), "norm.bias": (width,), "attn_pool.latent": (1, 1, width),
+           "attn_pool.q.weight": (width, width), "attn_pool.q.bias": (width,), "attn_pool.kv.weight": (2 * width, width),
+           "attn_pool.kv.bias": (2 * width,), "attn_pool.proj.weight": (width, width), "attn_pool.proj.bias": (width,),
+           "attn_pool.norm.weight": (width,), "attn_pool.norm.bias": (width,), "attn_pool.mlp.fc1.weight": (mlp, width),
+           "attn_pool.mlp.fc1.bias": (mlp,), "attn_pool.mlp.fc2.weight": (width, mlp), "attn_pool.mlp.fc2.bias": (width,),
+           "head.weight": (projection, width), "head.bias": (projection,)}
+    for i in range(depth):
+        p = f"blocks.{i}."
+        out.update({p + n: (width,) for n in ("norm1.weight", "norm1.bias", "attn.proj.bias", "norm2.weight",
+                                              "norm2.bias", "mlp.fc2.bias")})
+        out.update({p + "attn.qkv.weight": (3 * width, width), p + "attn.qkv.bias": (3 * width,),
+                    p + "attn.proj.weight": (width, width), p + "mlp.fc1.weight": (mlp, width), p + "mlp.fc1.bias": (mlp,),
+                    p + "mlp.fc2.weight": (width, mlp)})
+    return out
+
+
+def pe_state_dict(rng, width=32, depth=2, mlp=64, patch=4, grid=4, projection=24):
+    """Random float32 PE-core weights under timm's key names (`pe_shapes`), scaled as `state_dict`'s; the
+    projection's bias zero, as timm's conversion writes it."""
+    sd = _random(rng, pe_shapes(width, depth, mlp, patch, grid, projection))
+    sd["head.bias"] = np.zeros_like(sd["head.bias"])
+    return {k: np.asarray(v, np.float32) for k, v in sd.items()}

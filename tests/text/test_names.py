@@ -71,3 +71,25 @@ def test_unknown_names_are_refused_in_one_line(capsys, tmp_path):
     out = str(tmp_path / "y.keras")
     assert main(["zero-shot", "--weights", "nobody/nothing", "--labels", "a", "--save-classifier", out]) == 2
     assert "nor a named checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.backend_independent
+def test_an_open_clip_name_fetches_its_files_and_reads_a_folder_put_by_hand(monkeypatch, tmp_path):
+    """EVA-CLIP / PE-core names: OpenCLIP's config, the one weights file and the tokenizer's files."""
+    from tests.support.text import timm_clip_folder
+
+    name = "timm/PE-Core-B-16"
+    assert names.NAMES[name] == "apache-2.0" and names.NAMES["timm/eva02_base_patch16_clip_224.merged2b_s8b_b131k"] == "mit"
+    calls = []
+
+    def offline(**kwargs):
+        calls.append(kwargs)
+        raise OSError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(DownloadError, match="put its open_clip_config.json, open_clip_model.safetensors and tokenizer"):
+        keras_vit.ImageTextModel.from_checkpoint(name)
+    assert set(calls[0]["allow_patterns"]) >= {"open_clip_config.json", "open_clip_model.safetensors", "vocab.json"}
+    assert "open_clip_pytorch_model.bin" not in calls[0]["allow_patterns"]
+    timm_clip_folder(names.local_folder(name), np.random.default_rng(0), "pe")
+    assert keras_vit.ImageTextModel.from_checkpoint(name).encode_text(TEXTS).shape == (2, 24)

@@ -9,14 +9,15 @@ imports Keras.
 import os
 
 from keras_vit.weights.formats import (
-    dinov3, eomt, eva, hf_aimv2, hf_clip, hf_families, keras, kerashub, kerashub_families, open_clip, original, rope_vit,
-    timm)
+    dinov3, eomt, eva, hf_aimv2, hf_clip, hf_families, keras, kerashub, kerashub_families, open_clip, original, pe,
+    rope_vit, timm)
 
 FORMATS = [
     original.FORMAT,
     dinov3.FORMAT,
     rope_vit.FORMAT,
     eva.FORMAT,
+    pe.FORMAT,
     open_clip.FORMAT,
     timm.FORMAT,
     hf_aimv2.FORMAT,

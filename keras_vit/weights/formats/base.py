@@ -35,6 +35,10 @@ BLOCK_OPTIONS = ("qk_norm", "norm", "qkv_bias", "proj_bias", "mlp_bias")
 AIMV2_OPTIONS = ("patch_norm", "sincos_form", "map_head")
 # CLIP's options a checkpoint holds in its keys: the formats that do not record them refuse them.
 CLIP_OPTIONS = ("pre_norm", "patch_bias", "projection_dim")
+# EVA-CLIP's options a checkpoint holds in its keys: the attention's inner norm, the projection's bias.
+EVA_CLIP_OPTIONS = ("attention_norm", "projection_bias")
+# Perception Encoder's, recorded by its reader's metadata: the rotary index offset, the MAP head's heads.
+PE_OPTIONS = ("rope_offset", "map_heads")
 # A zero-shot head's unit-length features (`ImageTextModel.classifier`): keras_vit's own files alone record them.
 HEAD_OPTIONS = ("unit_features",)
 

@@ -9,35 +9,69 @@ EVA-02's keys (timm `eva.py`, `Eva` with `use_rot_pos_emb=True, ref_feat_shape=(
 `v_bias` and the packed `mlp.fc1` (timm's `GluMlp`, gate first); B / L (`qkv_fused=False,
 scale_mlp=True`): `q_proj` / `k_proj` (no bias) / `v_proj`, and `mlp.fc1_g` / `fc1_x` with the inner
 norm `mlp.norm` before `fc2` (timm's `SwiGLU`). Every EVA-02 definition pairs the two, so the
-writer writes the unfused attention exactly where the MLP has its inner norm."""
+writer writes the unfused attention exactly where the MLP has its inner norm.
+
+EVA-CLIP's image towers (timm `eva02_{base_patch16,large_patch14}_clip_{224,336}`, Sun et al., 2023) are
+B / L's layout plus the attention's inner norm `attn.norm` before `proj` (`scale_attn_inner`,
+`attention_norm`), the final `norm` on the tokens, the class token pooled and the CLIP image projection
+as timm's `head` with its trained bias (`projection_dim`, `projection_bias`): a timm file, or OpenCLIP's
+(`open_clip_model.safetensors` / `open_clip_pytorch_model.bin` of its `EVA02-*` models: the image tower
+under `visual.trunk.`, the text tower, `keras_vit.text.open_clip`'s, under `text.`). Read only: the
+writer refuses those two options."""
 
 import dataclasses
 
 import numpy as np
 
 from keras_vit.weights import containers
-from keras_vit.weights.canonical import MLP_NORM, Metadata
+from keras_vit.weights.canonical import ATTN_NORM, MLP_NORM, PROJECTION, PROJECTION_BIAS, Metadata
 from keras_vit.weights.formats import dinov3, rope_vit, timm
 from keras_vit.weights.formats.base import BLOCK_OPTIONS, Format
 from keras_vit.weights.formats.common import norm_rows
 from keras_vit.weights.lazy import LazyArray, concat
-from keras_vit.weights.table import Table
+from keras_vit.weights.table import Row, Table, pairs
+from keras_vit.weights.transforms import transpose
 
 # EVA-02's rotary settings (timm `Eva` defaults and its model definitions), LayerNorm epsilon (timm's `LayerNorm`).
 THETA, INDEXING, REFERENCE_GRID, EPSILON = 10000.0, "ij", (16, 16), 1e-6
 _UNFUSED = ("q_proj", "k_proj", "v_proj")
+OPEN_CLIP = "visual.trunk."  # OpenCLIP's timm image towers (its `TimmModel`)
+# EVA-CLIP's image projection, timm's `head`, under these names between `prepare` and the table.
+CLIP_PROJECTION = ("head.weight (EVA-CLIP projection)", "head.bias (EVA-CLIP projection)")
+
+
+def trunk(tensors):
+    """OpenCLIP's timm image tower alone, without its `visual.trunk.` prefix (its other keys are the text
+    tower's); else `tensors` as they are."""
+    if OPEN_CLIP + "pos_embed" not in tensors:
+        return dict(tensors)
+    return {k[len(OPEN_CLIP):]: v for k, v in tensors.items() if k.startswith(OPEN_CLIP)}
+
+
+def trunk_keys(raw):
+    return trunk(raw.tensors).keys()
 
 
 def detect(raw):
-    keys = raw.tensors.keys()
+    keys = trunk_keys(raw)
     return ("patch_embed.proj.weight" in keys and "pos_embed" in keys
             and ("blocks.0.attn.q_bias" in keys or "blocks.0.attn.q_proj.weight" in keys))
 
 
+def is_eva_clip(keys):
+    """Whether timm Eva `keys` are an EVA-CLIP image tower's: the attention's inner norm, no `fc_norm`."""
+    return "blocks.0.attn.norm.weight" in keys and "fc_norm.weight" not in keys
+
+
 def prepare(raw):
-    """timm `VisionTransformer` names: the unfused q / k / v joined, then DINOv3's renames (q / v
-    biases around a zero key bias, `fc1_g` / `fc1_x` packed gate first)."""
-    tensors = dict(raw.tensors)
+    """timm `VisionTransformer` names: OpenCLIP's image tower alone, the unfused q / k / v joined, EVA-CLIP's
+    `head` named its image projection, then DINOv3's renames (q / v biases around a zero key bias, `fc1_g` /
+    `fc1_x` packed gate first)."""
+    tensors = trunk(raw.tensors)
+    if is_eva_clip(tensors):
+        for name, pseudo in zip(("head.weight", "head.bias"), CLIP_PROJECTION):
+            if name in tensors:
+                tensors[pseudo] = tensors.pop(name)
     for key in [k for k in tensors if k.endswith(".attn.q_proj.weight")]:
         prefix = key[: -len("q_proj.weight")]
         if all(prefix + f"{name}.weight" in tensors for name in _UNFUSED):  # else the table names the unmatched keys
@@ -48,10 +82,30 @@ def prepare(raw):
     return dinov3.prepare(dataclasses.replace(raw, tensors=tensors))
 
 
+def open_clip_heads(raw, pool="token", family="EVA-CLIP"):
+    """The head count an `open_clip_config.json`'s `vision_cfg` gives a timm image tower (its
+    `timm_model_kwargs.num_heads`, else None: the width's named models'); another `timm_pool` than
+    `pool`, or a projection besides timm's head, refused in one line."""
+    model = (raw.meta.get("open_clip_config") or {}).get("model_cfg", {})
+    vision = model.get("vision_cfg", {}) if isinstance(model, dict) else None
+    if not isinstance(vision, dict):
+        raise ValueError(f"{raw.path}: its open_clip_config.json's model_cfg / vision_cfg is not a JSON object.")
+    found, proj = vision.get("timm_pool", pool), vision.get("timm_proj")
+    if found != pool or proj not in (None, ""):
+        raise ValueError(f"{raw.path}: an OpenCLIP timm image tower with timm_pool={found!r}, timm_proj={proj!r}; "
+                         f"keras_vit reads {family}'s (timm_pool {pool!r}, timm_proj null: timm's head projects).")
+    heads = (vision.get("timm_model_kwargs") or {}).get("num_heads")
+    return heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else None
+
+
 def metadata(raw, tensors):
-    return Metadata(approximate_gelu=False, layer_norm_epsilon=EPSILON, preprocessing="eva02", rope_theta=THETA,
-                    rope_form="axial", key_bias=False, rope_indexing=INDEXING, rope_reference_grid=REFERENCE_GRID,
-                    pooling="avg" if "fc_norm.weight" in raw.tensors else None)  # timm's `global_pool='avg'`
+    keys = trunk_keys(raw)
+    clip = is_eva_clip(keys)  # EVA-CLIP: the class token pooled, OpenCLIP's preprocessing
+    heads = open_clip_heads(raw) if OPEN_CLIP + "pos_embed" in raw.tensors else None
+    return Metadata(num_heads=heads, approximate_gelu=False, layer_norm_epsilon=EPSILON,
+                    preprocessing="clip" if clip else "eva02", rope_theta=THETA, rope_form="axial", key_bias=False,
+                    rope_indexing=INDEXING, rope_reference_grid=REFERENCE_GRID,
+                    pooling="avg" if "fc_norm.weight" in keys else "token" if clip else None)  # timm's global_pool
 
 
 def _split(value, parts):
@@ -123,7 +177,10 @@ def write(path, ckpt):
 
 FORMAT = Format(
     name="eva_torch",
-    table=Table(rope_vit.FORMAT.table.rows + norm_rows(MLP_NORM, "blocks.{i}.mlp.norm.", optional=True)),
+    table=Table(rope_vit.FORMAT.table.rows + norm_rows(MLP_NORM, "blocks.{i}.mlp.norm.", optional=True)
+                + norm_rows(ATTN_NORM, "blocks.{i}.attn.norm.", optional=True)
+                + (Row(PROJECTION, CLIP_PROJECTION[0], transpose, transpose, optional=True),)
+                + pairs((PROJECTION_BIAS, CLIP_PROJECTION[1]), optional=True)),
     detect=detect,
     prepare=prepare,
     metadata=metadata,

@@ -8,7 +8,8 @@ import re
 
 from keras_vit.utils.files import atomic_path
 from keras_vit.weights.canonical import Metadata
-from keras_vit.weights.formats.base import AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, HEAD_OPTIONS, Format
+from keras_vit.weights.formats.base import (AIMV2_OPTIONS, BLOCK_OPTIONS, CLIP_OPTIONS, EVA_CLIP_OPTIONS, HEAD_OPTIONS,
+                                            PE_OPTIONS, Format)
 from keras_vit.weights.variables import NORM_VARIABLES, TABLE
 from keras_vit.config.vit_config import ROPE_THETA
 
@@ -18,7 +19,7 @@ VARIABLES = {"class_token": ("cls",), "posembed_input": ("pos_embedding",), "ln_
              "attention": ("rope_frequencies",), "embedding_norm": NORM_VARIABLES,
              "map_head": ("probe",), "ln": NORM_VARIABLES, "registers": ("tokens",),
              "norm": NORM_VARIABLES, "fc_norm": NORM_VARIABLES, "pre_norm": NORM_VARIABLES,
-             "q_norm": NORM_VARIABLES, "k_norm": NORM_VARIABLES}
+             "q_norm": NORM_VARIABLES, "k_norm": NORM_VARIABLES, "out_norm": NORM_VARIABLES}
 _STORED = re.compile(r"(?P<layer>.*?)(?P<name>[^/]+)/vars/(?P<position>\d+)\Z")
 
 
@@ -76,6 +77,8 @@ def metadata(raw, tensors):
         rope_form=encoder.get("rope_form") if rope else None,
         rope_indexing=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("indexing"),
         rope_reference_grid=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("reference_grid"),
+        rope_offset=_layer_config(raw.meta.get("config"), "RopePositionEmbedding").get("index_offset"),
+        map_heads=_layer_config(raw.meta.get("config"), "MAPHead").get("num_heads"),
         key_bias=encoder.get("key_bias"),
         approximate_gelu=encoder.get("approximate_gelu"),
         quick_gelu=encoder.get("quick_gelu"),
@@ -117,5 +120,5 @@ FORMAT = Format(
     metadata=metadata,
     write=write,
     suffixes=(".keras", ".weights.h5"),
-    block_options=BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS + HEAD_OPTIONS,
+    block_options=BLOCK_OPTIONS + AIMV2_OPTIONS + CLIP_OPTIONS + EVA_CLIP_OPTIONS + PE_OPTIONS + HEAD_OPTIONS,
 )
