@@ -12,6 +12,8 @@ import os
 import numpy as np
 
 from keras_vit.dense.data import load_dense_source
+from keras_vit.dense.eomt import OUTPUTS
+from keras_vit.dense.eomt_postprocess import semantic_scores
 from keras_vit.dense.scores import confusion_matrix, depth_errors, mean_depth_errors, segmentation_scores
 from keras_vit.config.fields import check_count
 from keras_vit.run_folder import load_keras_file, metadata
@@ -27,8 +29,9 @@ def dense_task(model_path, model=None):
     if recorded is None and not (os.path.isfile(model_path) and model_path.endswith(".keras")):
         return None, model
     model = model or load_keras_file(model_path)
-    shape = model.output_shape if not isinstance(model.output_shape, dict) else ()
-    task = recorded or {4: "semantic", 3: "depth"}.get(len(shape))
+    if isinstance(model.output, dict):  # EoMT's class and mask logits
+        return ("semantic" if set(OUTPUTS) <= set(model.output) else None), model
+    task = recorded or {4: "semantic", 3: "depth"}.get(len(model.output_shape))
     return task if task in DENSE_TASKS else None, model
 
 
@@ -56,7 +59,10 @@ def predictions(model, pairs, task, batch_size):
     for first in range(0, len(pairs), batch_size):
         loaded = [load_pair(*pair, task) for pair in pairs[first:first + batch_size]]
         batch = tf.stack([augment.scale_to_unit(augment.resize(image, size)) for image, _ in loaded])
-        outputs = np.asarray(model.predict_on_batch(batch.numpy()), np.float32)
+        outputs = model.predict_on_batch(batch.numpy())
+        if isinstance(outputs, dict):  # EoMT: its class scores per pixel, as its post-processing
+            outputs = np.transpose(semantic_scores(outputs, size), (0, 2, 3, 1))
+        outputs = np.asarray(outputs, np.float32)
         for output, (_, target) in zip(outputs, loaded):
             target = target.numpy()
             output = output if task == "semantic" else output[..., None]
@@ -77,7 +83,8 @@ def evaluate_dense(model_path, data=None, *, split="validation", batch_size=16, 
     result = {"task": task, "examples": len(pairs)}
     if task == "depth":
         return {**result, **mean_depth_errors([depth_errors(t, p) for p, t in predictions(model, pairs, task, batch_size)])}
-    classes = model.output_shape[-1]
+    output = model.output
+    classes = output[OUTPUTS[0]].shape[-1] - 1 if isinstance(output, dict) else model.output_shape[-1]
     if source.num_classes > classes:
         raise ValueError(f"The model predicts {classes} classes, the masks of {source.name} hold ids up to "
                          f"{source.num_classes - 1}.")
