@@ -153,8 +153,6 @@ class EoMTMaskAnnealing(keras.layers.Layer):
         self.num_queries, self.start, self.end = int(num_queries), int(start), int(end)
         self.power, self.seed = float(power), seed
         self.seed_generator = keras.random.SeedGenerator(seed)
-
-    def build(self, valid_shape):
         self.step = self.add_weight(name="step", shape=(), initializer="zeros", trainable=False, autocast=False)
 
     def probability(self):
