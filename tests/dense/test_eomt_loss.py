@@ -127,3 +127,26 @@ def test_bad_annealing_is_refused():
         eomt_model(vit, 3, num_queries=4, num_blocks=2, annealing=[(0, 1)])
     with pytest.raises(ValueError, match="masked_attention=True"):
         eomt_model(vit, 3, num_queries=4, num_blocks=1, masked_attention=False, annealing=[(0, 1)])
+
+
+def test_an_annealed_model_records_which_blocks_still_mask():
+    import keras_vit
+    from keras_vit.dense.eomt import eomt_training_model
+    from keras_vit.weights.export import model_checkpoint
+
+    vit = keras_vit.VisionTransformer(input_shape=(32, 32, 3), patch_size=8, hidden_dim=16, depth=2, num_heads=2,
+                                      mlp_dim=32, include_top=False, pooling=None)
+    model, training = eomt_training_model(vit, 3, total_steps=8, num_queries=4, num_blocks=2)
+    assert training.output.shape == (None, 3, 4, 4 + 16 * 16)  # two blocks' predictions and the final one
+    annealers = [model.get_layer(f"eomt_annealing_{j}") for j in range(2)]
+    assert [(a.start, a.end) for a in annealers] == [(2, 4), (4, 6)]
+    for step, expected in ((0, [1, 1]), (4, [0, 1]), (6, [0, 0])):
+        for annealer in annealers:
+            annealer.step.assign(float(step))
+        ckpt = model_checkpoint(model)
+        recorded = [k for k in ckpt.tensors if "mask_probs" in k]
+        assert len(recorded) == 1 and not any("annealing" in k for k in ckpt.tensors)
+        np.testing.assert_array_equal(ckpt.tensors[recorded[0]].load(), expected)
+    annealers[0].step.assign(3.0)
+    with pytest.raises(ValueError, match="annealed part-way"):
+        model_checkpoint(model)
