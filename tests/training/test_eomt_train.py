@@ -12,6 +12,7 @@ from keras_vit.cli import main
 from keras_vit.dense.scores import confusion_matrix, segmentation_scores
 from keras_vit.evaluation.dense import evaluate_dense, recorded_dense_source
 from keras_vit.dense.pipeline import load_pair
+from keras_vit.run_folder import load_model
 from keras_vit.training import recipe, train
 from tests.support import BACKEND
 from tests.support.dense_data import write_shapes
@@ -54,6 +55,8 @@ def test_eomt_trains_above_the_background_and_evaluate_agrees(shapes, tmp_path):
     annealers = [layer for layer in final.layers if layer.name.startswith("eomt_annealing")]
     assert len(annealers) == 1 and float(annealers[0].probability()) == 0.0  # no masks left at the end
     assert set(final.output) == {"class_queries_logits", "masks_queries_logits"}
+    _, names, _ = load_model(result.best_path)  # as `keras-vit predict` reads a run folder
+    assert names == ["background", "square", "disc", "triangle"]
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="three runs: the engine's resume is tested on every backend in "
