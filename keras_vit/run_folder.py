@@ -287,7 +287,8 @@ def load_model(model="runs/digits/best.keras", weights="imagenet", **builder_arg
     else:
         raise ValueError(f"Unknown model {model!r}; expected a .keras file or one of {', '.join(list_models())}.")
     names = recorded.get("class_names")
-    classes = loaded.output_shape[-1] if len(loaded.output_shape) == 2 else None
+    several = isinstance(loaded.output, (dict, list, tuple))  # EoMT's two outputs: not a classifier's
+    classes = loaded.output_shape[-1] if not several and len(loaded.output_shape) == 2 else None
     if names is not None and classes is not None and len(names) != classes:  # a dense model: per pixel
         raise ValueError(f"{path(os.path.dirname(os.path.abspath(model)), CLASSES)} names {len(names)} classes; "
                          f"the model {model} predicts {classes}.")

@@ -82,6 +82,7 @@ QUICK = (
     "tests/weights/test_clip.py::test_clip_builder_without_weights_and_bad_options",
     "tests/dense/test_resize.py", "tests/dense/test_model.py::test_bad_arguments_are_refused_in_one_line",
     "tests/dense/test_losses.py::test_cross_entropy_skips_the_ignore_label", "tests/dense/test_data.py",
+    "tests/dense/test_eomt_loss.py::test_losses_and_matching_equal_transformers",
     "tests/inference/test_serving_card.py::test_a_pytorch_program_ends_in_pt2",
     "tests/text/test_names.py::test_unknown_names_are_refused_in_one_line",
     "tests/text/test_eva_clip_pe_core.py::test_named_models_have_timm_s_numbers_and_entries",

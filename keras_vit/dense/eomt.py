@@ -10,8 +10,10 @@ queries' MLP with the upscaled patch tokens. Before each of the last blocks whos
 is on (transformers' `attn_mask_probs` 1), the queries attend only to the patches where that
 block's mask logits, resized to the patch grid, are positive (and to every query, class and
 register token); a block whose masked attention is off keeps the last mask computed (None before
-the first), as transformers does. Training's annealing of the masks (each query's mask dropped at
-random with a probability that rises to 1) is not implemented: the masks are used as at inference.
+the first), as transformers does. For training, `eomt_training_model` adds EoMT's mask annealing
+(`EoMTMaskAnnealing`: each query's mask dropped at random, more and more often, block after block,
+until no block masks) and the predictions made before each block, for the loss
+(`keras_vit.dense.eomt_loss`).
 """
 
 import numbers
@@ -27,6 +29,7 @@ from keras_vit.weights.building import assign
 from keras_vit.weights.variables import EOMT_TABLE
 
 OUTPUTS = ("class_queries_logits", "masks_queries_logits")  # transformers' names of the two outputs
+ANNEALING_POWER = 0.9  # the EoMT repository's `poly_power` of the mask annealing
 MASK_MLP_LAYERS = 3
 LAYER_NORM_2D_EPSILON = 1e-6  # transformers' EomtLayerNorm2d, whatever the blocks' epsilon
 
@@ -135,6 +138,54 @@ class EoMTAttentionMask(keras.layers.Layer):
                 "scale": self.scale}
 
 
+@keras.saving.register_keras_serializable(package="keras_vit")
+class EoMTMaskAnnealing(keras.layers.Layer):
+    """EoMT's mask annealing of one block: `layer(valid)` with `EoMTAttentionMask`'s `(batch, n, n)`
+    pairs. The probability of keeping the masks, `(1 - (step - start) / (end - start)) ** power`
+    clipped to [0, 1] (the EoMT repository's `mask_annealing`), falls from 1 at `start` to 0 at
+    `end`; `step` counts the calls in training (the fit steps; saved with the model, so a resumed run
+    goes on where it stopped). In training each query's mask is dropped (it sees every patch) with the
+    probability 1 - that, as transformers' `_disable_attention_mask`; at inference the masks are kept
+    while it is above 0 and dropped after (transformers drops at random there too)."""
+
+    def __init__(self, num_queries, start, end, power=ANNEALING_POWER, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.num_queries, self.start, self.end = int(num_queries), int(start), int(end)
+        self.power, self.seed = float(power), seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.step = self.add_weight(name="step", shape=(), initializer="zeros", trainable=False, autocast=False)
+
+    def probability(self):
+        """The probability that a query's mask is kept at the current step."""
+        progress = (self.step - float(self.start)) / float(max(self.end - self.start, 1))
+        return ops.power(1.0 - ops.clip(progress, 0.0, 1.0), self.power)
+
+    def call(self, valid, training=False):
+        keep, batch = self.probability(), ops.shape(valid)[0]
+        if training:
+            dropped = keras.random.uniform((batch, self.num_queries), seed=self.seed_generator) >= keep
+            self.step.assign_add(1.0)
+        else:
+            dropped = ops.broadcast_to(keep <= 0.0, (batch, self.num_queries))
+        queries = ops.logical_or(valid[:, : self.num_queries], dropped[:, :, None])
+        return ops.concatenate([queries, valid[:, self.num_queries:]], axis=1)
+
+    def compute_output_shape(self, valid_shape):
+        return valid_shape
+
+    def get_config(self):
+        return {**super().get_config(), "num_queries": self.num_queries, "start": self.start, "end": self.end,
+                "power": self.power, "seed": self.seed}
+
+
+def annealing_steps(total_steps, num_blocks):
+    """`[(start, end)]` of each query block's mask annealing over a run of `total_steps`: the run in
+    `num_blocks + 2` equal parts, block i annealed over part i + 1, as the EoMT repository's
+    configurations (COCO, 4 blocks, 88692 steps: 14782-29564, 29564-44346, ..., 59128-73910)."""
+    part = total_steps / (num_blocks + 2)
+    return [(round((i + 1) * part), round((i + 2) * part)) for i in range(num_blocks)]
+
+
 def _count(value, name, low=1):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         raise ValueError(f"{name}={value!r}: expected a whole number >= {low}.")
@@ -152,7 +203,7 @@ def _masked(masked_attention, num_blocks):
 
 
 def eomt_model(backbone, num_classes, num_queries=100, num_blocks=4, num_upscale_blocks=2, masked_attention=True,
-               name=None):
+               annealing=None, name=None):
     """The EoMT segmentation model on `backbone` (a keras_vit ViT with its final LayerNorm on the
     tokens and a fixed or open input size; its layers and weights are shared, not copied).
 
@@ -165,12 +216,49 @@ def eomt_model(backbone, num_classes, num_queries=100, num_blocks=4, num_upscale
             times the patch grid).
         masked_attention: True: each of the last blocks attends through the masks predicted before it
             (transformers' `attn_mask_probs` 1); False: none (0, a fully annealed model); or one bool per block.
+        annealing: None, or one `(start, end)` step pair per block (`annealing_steps`): the masks of
+            each block annealed in training (`EoMTMaskAnnealing`); with `masked_attention=True`.
         name: the model's name (default: the backbone's + "_eomt").
 
     Returns a model from images to `{"class_queries_logits": (batch, queries, num_classes + 1),
     "masks_queries_logits": (batch, queries, h, w)}` (transformers' names);
     `post_process_semantic_segmentation` turns them into class maps.
     """
+    outputs, _ = _eomt_graph(backbone, num_classes, num_queries, num_blocks, num_upscale_blocks, masked_attention,
+                             annealing)
+    return _model(backbone, outputs, name)
+
+
+def eomt_training_model(backbone, num_classes, total_steps, **options):
+    """`(model, training model)`: `eomt_model(backbone, num_classes, annealing=annealing_steps(total_steps,
+    num_blocks), **options)` and, on the same layers, the model from images to every prediction (those made
+    before each block of the queries, then the final one) packed in one tensor
+    (`keras_vit.dense.eomt_loss.pack`) for `EoMTLoss`."""
+    from keras_vit.dense.eomt_loss import pack
+
+    if options.get("masked_attention", True) is not True or options.get("annealing") is not None:
+        raise ValueError("eomt_training_model anneals the masks of every query block: leave masked_attention and "
+                         "annealing out.")
+    num_blocks = options.pop("num_blocks", 4)
+    name = options.pop("name", None)
+    annealing = annealing_steps(_count(total_steps, "total_steps"), _count(num_blocks, "num_blocks"))
+    outputs, predictions = _eomt_graph(backbone, num_classes, num_blocks=num_blocks, annealing=annealing, **options)
+    model = _model(backbone, outputs, name)
+    training = keras.Model(model.inputs, pack([*predictions, (outputs[OUTPUTS[0]], outputs[OUTPUTS[1]])]),
+                           name=f"{model.name}_training")
+    return model, training
+
+
+def _model(backbone, outputs, name):
+    model = VisionTransformerModel(backbone.input, outputs, name=name or f"{backbone.name}_eomt")
+    model.preprocessing = getattr(backbone, "preprocessing", model.preprocessing)
+    return model
+
+
+def _eomt_graph(backbone, num_classes, num_queries=100, num_blocks=4, num_upscale_blocks=2, masked_attention=True,
+                annealing=None):
+    """`(outputs, predictions)`: the model's output dict and the `(class, mask)` logits predicted before
+    each masked block."""
     encoder = encoder_layer(backbone)
     num_classes, num_queries = _count(num_classes, "num_classes"), _count(num_queries, "num_queries")
     num_blocks = _count(num_blocks, "num_blocks")
@@ -180,25 +268,39 @@ def eomt_model(backbone, num_classes, num_queries=100, num_blocks=4, num_upscale
     if is_naflex(backbone) or encoder.encoder_norm is None:
         raise ValueError(f"{backbone.name}: EoMT needs a backbone with the final LayerNorm on its tokens and one patch "
                          "grid per batch (not fc_norm, not NaFlex).")
+    masked = _masked(masked_attention, num_blocks)
+    annealers = _annealers(annealing, masked, num_queries)
     prefix, start = prefix_tokens(backbone), encoder.depth - num_blocks
     grid = embedding_layer(backbone).output
-    head = EoMTHead(num_queries, prefix, num_classes, num_upscale_blocks, encoder.approximate_gelu,
-                    _masked(masked_attention, num_blocks), name="eomt_head")
+    head = EoMTHead(num_queries, prefix, num_classes, num_upscale_blocks, encoder.approximate_gelu, masked,
+                    name="eomt_head")
     attention_mask = EoMTAttentionMask(num_queries, prefix, 2**num_upscale_blocks, name="eomt_attention_mask")
-    (x, rope), mask = encoder_inputs(backbone), None
+    (x, rope), mask, predictions = encoder_inputs(backbone), None, []
     for i, block in enumerate(encoder.blocks):
         if i == start:
             queries = LearnedTokens(num_queries, name="eomt_queries")
             x = queries(x)
             queries.tokens.assign(keras.random.normal(queries.tokens.shape))  # N(0, 1) as nn.Embedding: distinct queries
-        if i >= start and head.masked_attention[i - start]:
-            mask = attention_mask(head(encoder.encoder_norm(x), grid)[0], grid)
+        if i >= start and masked[i - start]:
+            masks, classes = head(encoder.encoder_norm(x), grid)
+            predictions.append((classes, masks))
+            mask = attention_mask(masks, grid)
+            if annealers:
+                mask = annealers[i - start](mask)
         x = block(x, **rope) if mask is None else block(x, valid=mask, **rope)
     masks, classes = head(encoder.encoder_norm(x), grid)
-    model = VisionTransformerModel(backbone.input, dict(zip(OUTPUTS, (classes, masks))),
-                                   name=name or f"{backbone.name}_eomt")
-    model.preprocessing = getattr(backbone, "preprocessing", model.preprocessing)
-    return model
+    return dict(zip(OUTPUTS, (classes, masks))), predictions
+
+
+def _annealers(annealing, masked, num_queries):
+    if annealing is None:
+        return []
+    if (not all(masked) or not isinstance(annealing, (list, tuple)) or len(annealing) != len(masked)
+            or not all(isinstance(a, (list, tuple)) and len(a) == 2 and 0 <= a[0] <= a[1] for a in annealing)):
+        raise ValueError(f"annealing={annealing!r}: expected one (start, end) step pair per query block "
+                         f"({len(masked)}), 0 <= start <= end, with masked_attention=True.")
+    return [EoMTMaskAnnealing(num_queries, begin, end, name=f"eomt_annealing_{j}")
+            for j, (begin, end) in enumerate(annealing)]
 
 
 def eomt_of_checkpoint(backbone, ckpt, head):

@@ -1,21 +1,23 @@
-"""Writes a `DenseModel` with a Depth Anything head (`head="dpt"`, `task="depth"`, `readout="ignore"`,
-`fusion_resize="next"`, `head_upsample="input"`) on a DINOv2-style backbone as a transformers
-`DepthAnythingForDepthEstimation` folder: the backbone's tensors and config as `Dinov2Backbone`'s
-(`keras_vit.weights.formats.hf_families.dinov2_parts`), the head's through the key table of
+"""Writes a depth `DenseModel` with a DPT head on a DINOv2-style backbone as a transformers folder:
+a Depth Anything head (`readout="ignore"`, `fusion_resize="next"`, `head_upsample="input"`) as
+`DepthAnythingForDepthEstimation`, DPT's (`fusion_resize="double"`, `head_upsample="double"`, head
+width 32, ReLU) as `DPTForDepthEstimation`. The backbone's tensors and config as `Dinov2Backbone`'s
+(`keras_vit.weights.formats.hf_families.dinov2_parts`), the head's through the key tables of
 `keras_vit.dense.layouts`, which `keras_vit.from_checkpoint` reads back. `keras_vit.weights.export(model,
 folder, format="hf")` calls it for such a model."""
 
 import keras
 import numpy as np
 
-from keras_vit.dense.layouts import DEPTH_ANYTHING_TABLE
+from keras_vit.dense.layouts import DEPTH_ANYTHING_TABLE, DPT_TABLE
 from keras_vit.weights.formats.hf_families import dinov2_parts
 from keras_vit.weights.formats.huggingface import hf_preprocessor_config, write_folder
 from keras_vit.weights.export import MODEL_WRITERS, model_checkpoint
 from keras_vit.weights.lazy import LazyArray
 
-# What a Depth Anything head is (`keras_vit.dense.layouts.depth_anything_args`).
+# What a Depth Anything head is (`keras_vit.dense.layouts.depth_anything_args`), and DPT's (`dpt_args`).
 DEPTH_ANYTHING = dict(task="depth", readout="ignore", fusion_resize="next", head_upsample="input")
+DPT = dict(task="depth", fusion_resize="double", head_upsample="double", head_hidden_size=32, depth_activation="relu")
 
 
 def _history(tensor):
@@ -45,19 +47,35 @@ def _whole(number):
     return int(number) if float(number).is_integer() else number
 
 
-def is_depth_anything(model):
+def _is(model, kind):
     names = [layer.name for layer in model.layers]
     if "dpt_head" not in names or "backbone" not in names:
         return False
     head = model.get_layer("dpt_head")
-    return all(getattr(head, k) == v for k, v in DEPTH_ANYTHING.items())
+    return all(getattr(head, k) == v for k, v in kind.items())
 
 
-def write_depth_anything(folder, model):
-    """Writes `model` (`is_depth_anything`) as a `DepthAnythingForDepthEstimation` folder."""
-    if not is_depth_anything(model):
-        raise ValueError(f"{model.name}: a Depth Anything folder holds a DenseModel(head='dpt', task='depth') with "
-                         f"{', '.join(f'{k}={v!r}' for k, v in DEPTH_ANYTHING.items() if k != 'task')}.")
+def is_depth_anything(model):
+    return _is(model, DEPTH_ANYTHING)
+
+
+def _options(kind):
+    return ", ".join(f"{k}={v!r}" for k, v in kind.items() if k != "task")
+
+
+def write_dpt_family(folder, model):
+    """Writes a depth `DenseModel` with a DPT head as a `DepthAnythingForDepthEstimation` or
+    `DPTForDepthEstimation` folder (module docstring); any other head refused in one line."""
+    if is_depth_anything(model):
+        return write_dense(folder, model, "depth_anything")
+    if _is(model, DPT):
+        return write_dense(folder, model, "dpt")
+    raise ValueError(f"{model.name}: transformers holds a DenseModel(head='dpt', task='depth') with "
+                     f"{_options(DEPTH_ANYTHING)} (Depth Anything) or {_options(DPT)} (DPT).")
+
+
+def write_dense(folder, model, kind):
+    """Writes `model` as a `kind` ("depth_anything" or "dpt") folder."""
     head, backbone = model.get_layer("dpt_head"), model.get_layer("backbone")
     ckpt = model_checkpoint(backbone)
     if not ckpt.layer_scale:
@@ -66,28 +84,37 @@ def write_depth_anything(folder, model):
     blocks, norm = read_blocks(backbone)
     ours = {v.path.split("/", 1)[1]: LazyArray.wrap(np.asarray(keras.ops.convert_to_numpy(v), np.float32), v.path)
             for v in head.weights}
-    theirs = DEPTH_ANYTHING_TABLE.from_canonical(ours, None, f"export of {model.name} to hf")
+    table = DEPTH_ANYTHING_TABLE if kind == "depth_anything" else DPT_TABLE
+    theirs = table.from_canonical(ours, None, f"export of {model.name} to hf")
     backbone_config = {k: v for k, v in backbone_config.items() if k not in ("architectures", "id2label", "label2id")}
     backbone_config.update(out_indices=[b + 1 for b in blocks], out_features=[f"stage{b + 1}" for b in blocks],
                            apply_layernorm=norm, reshape_hidden_states=False)
-    config = {
-        "architectures": ["DepthAnythingForDepthEstimation"],
-        "model_type": "depth_anything",
+    neck = {
         "backbone_config": backbone_config,
-        "patch_size": ckpt.patch_size,
-        "reassemble_hidden_size": ckpt.hidden_dim,
         "reassemble_factors": [_whole(f) for f in head.reassemble_factors],
         "neck_hidden_sizes": list(head.neck_hidden_sizes),
         "fusion_hidden_size": head.fusion_hidden_size,
         "head_in_index": head.head_in_index,
-        "head_hidden_size": head.head_hidden_size,
-        "depth_estimation_type": "relative" if head.depth_activation == "relu" else "metric",
-        "max_depth": _whole(head.max_depth),
         "torch_dtype": "float32",
     }
-    preprocessor = {**hf_preprocessor_config(ckpt, "DPTImageProcessor"), "keep_aspect_ratio": True,
-                    "ensure_multiple_of": ckpt.patch_size}
+    preprocessor = hf_preprocessor_config(ckpt, "DPTImageProcessor")
+    if kind == "depth_anything":
+        config = {
+            **neck, "architectures": ["DepthAnythingForDepthEstimation"], "model_type": "depth_anything",
+            "patch_size": ckpt.patch_size, "reassemble_hidden_size": ckpt.hidden_dim,
+            "head_hidden_size": head.head_hidden_size,
+            "depth_estimation_type": "relative" if head.depth_activation == "relu" else "metric",
+            "max_depth": _whole(head.max_depth),
+        }
+        preprocessor.update(keep_aspect_ratio=True, ensure_multiple_of=ckpt.patch_size)
+    else:  # DPTConfig on a backbone: its hidden_size / patch_size are the backbone's
+        config = {
+            **neck, "architectures": ["DPTForDepthEstimation"], "model_type": "dpt", "is_hybrid": False,
+            "hidden_size": ckpt.hidden_dim, "patch_size": ckpt.patch_size, "readout_type": head.readout,
+            "hidden_act": "gelu", "add_projection": False,
+            "use_batch_norm_in_fusion_residual": head.fusion_batch_norm, "use_bias_in_fusion_residual": head.fusion_bias,
+        }
     write_folder(folder, {**{"backbone." + k: v for k, v in tensors.items()}, **theirs}, config, preprocessor)
 
 
-MODEL_WRITERS["dpt_head"] = ("hf", write_depth_anything)
+MODEL_WRITERS["dpt_head"] = ("hf", write_dpt_family)

@@ -17,6 +17,8 @@ import numpy as np
 
 from keras_vit.dense.data import check_depth_scale
 from keras_vit.dense.sources import load_source, source_options
+from keras_vit.dense.eomt import OUTPUTS
+from keras_vit.dense.eomt_postprocess import semantic_scores
 from keras_vit.dense.scores import confusion_matrix, depth_errors, mean_depth_errors, segmentation_scores
 from keras_vit.config.fields import check_count
 from keras_vit.run_folder import load_keras_file, metadata
@@ -33,8 +35,9 @@ def dense_task(model_path, model=None):
     if recorded is None and not (os.path.isfile(model_path) and model_path.endswith(".keras")):
         return None, model
     model = model or load_keras_file(model_path)
-    shape = model.output_shape if not isinstance(model.output_shape, dict) else ()
-    task = recorded or {4: "semantic", 3: "depth"}.get(len(shape))
+    if isinstance(model.output, dict):  # EoMT's class and mask logits
+        return ("semantic" if set(OUTPUTS) <= set(model.output) else None), model
+    task = recorded or {4: "semantic", 3: "depth"}.get(len(model.output_shape))
     return task if task in DENSE_TASKS else None, model
 
 
@@ -89,7 +92,10 @@ def predictions(model, pairs, task, batch_size, size, stride=None):
     from keras_vit.dense.sliding import short_side_size, slide
 
     def run(images):
-        return np.asarray(model.predict_on_batch(images), np.float32)
+        outputs = model.predict_on_batch(images)
+        if isinstance(outputs, dict):  # EoMT: its class scores per pixel, as its post-processing
+            outputs = np.transpose(semantic_scores(outputs, images.shape[1:3]), (0, 2, 3, 1))
+        return np.asarray(outputs, np.float32)
 
     def back(output, shape):
         output = output if task == "semantic" else output[..., None]
@@ -136,7 +142,8 @@ def evaluate_dense(model_path, data=None, *, split="validation", batch_size=16, 
     outputs = predictions(model, pairs, task, batch_size, size, stride)
     if task == "depth":
         return {**result, **mean_depth_errors([depth_errors(t, p) for p, t in outputs])}
-    classes = model.output_shape[-1]
+    output = model.output
+    classes = output[OUTPUTS[0]].shape[-1] - 1 if isinstance(output, dict) else model.output_shape[-1]
     if source.num_classes > classes:
         raise ValueError(f"The model predicts {classes} classes, the masks of {source.name} hold ids up to "
                          f"{source.num_classes - 1}.")

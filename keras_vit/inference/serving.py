@@ -53,7 +53,7 @@ import numpy as np
 import keras_vit.model  # noqa: F401  (registers the layers and the model class for keras.saving.load_model)
 from keras_vit.utils.files import atomic_path, check_target, write_json
 from keras_vit.inference.serving_card import card, card_path, is_card, tokenizer_path
-from keras_vit.inspect.model_parts import dense_task, input_step, is_naflex, position_layer, vit_part
+from keras_vit.inspect.model_parts import input_step, is_naflex, position_layer, vit_part
 from keras_vit.run_folder import load_keras_file, metadata
 from keras_vit.text.model import is_text_model, sample_ids
 
@@ -464,9 +464,6 @@ def export(model, fmt, output, *, verify_outputs=True, atol=1e-4, overwrite=Fals
     check_output(fmt, output, model_path, overwrite, tokenizer=tokenizer is not None)
     if model_path is not None:
         model = load_keras_file(model_path)
-    if fmt == "litert" and dense_task(model) == "eomt":  # ai-edge-litert 2.3.0: reshaping its masks fails at run time
-        raise ValueError(f"{model.name}: LiteRT's interpreter cannot run EoMT's masked attention; export an EoMT model "
-                         f"as {', '.join(f for f in FORMATS if f != 'litert')}.")
     crop, names = _recorded(model, model_path)
     record = {**card(model, fmt, output, crop_fraction=crop, class_names=names, naflex=is_naflex(model),
                     text=is_text_model(model)),

@@ -26,6 +26,8 @@ class LearnedTokens(Float32Stream, keras.layers.Layer):
     def call(self, tokens):
         batch, dim = ops.shape(tokens)[0], ops.shape(tokens)[-1]
         new = ops.broadcast_to(ops.cast(self.tokens, tokens.dtype), (batch, self.num_tokens, dim))
+        if self.offset == 0:  # no empty `tokens[:, :0]`: LiteRT's interpreter reads that slice as the whole sequence
+            return ops.concatenate([new, tokens], axis=1)
         return ops.concatenate([tokens[:, : self.offset], new, tokens[:, self.offset :]], axis=1)
 
     def compute_output_shape(self, input_shape):

@@ -32,7 +32,7 @@ STRATEGIES = {
 }
 MASK_TARGETS = ("color", "pixels")
 TASKS = ("classification", "segmentation", "depth")
-DENSE_HEADS = ("linear", "dpt")
+DENSE_HEADS = ("linear", "dpt", "eomt")
 # Bounds of the batch size and the step and epoch counts: beyond them TensorFlow's int32 / int64
 # counters overflow; no real run comes near (2**20 images a step, 10**9 steps or epochs).
 MAX_BATCH = 2**20
@@ -78,6 +78,12 @@ def _is_utf8(path):
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _backend():
+    import keras
+
+    return keras.backend.backend()
 
 
 @dataclasses.dataclass
@@ -192,7 +198,8 @@ class _TrainFields:
         "qkv,out", "LoRA: the projections, comma-separated among qkv, out, mlp", group=MODEL, metavar="NAMES",
         check=parse_lora_targets)
     head: str = option(
-        "linear", "segmentation / depth: the head, linear (DINOv2's linear evaluation) or dpt", group=MODEL,
+        "linear", "segmentation / depth: the head, linear (DINOv2's linear evaluation), dpt or eomt "
+        "(segmentation: EoMT's queries in the last blocks, its matching loss and mask annealing)", group=MODEL,
         choices=DENSE_HEADS)
     freeze_backbone: bool = option(
         False, "segmentation / depth: train the head only, the ViT frozen (DINOv2's linear protocol)", group=MODEL)
@@ -346,6 +353,12 @@ class _TrainFields:
                        "naflex_seq_lens": self.naflex_seq_lens,
                        "fewshot_every": self.fewshot_every, "lora_rank": self.lora_rank,
                        "linear_probe": self.linear_probe, "representation_size": self.representation_size}
+        if self.head == "eomt" and (self.task != "segmentation" or self.freeze_backbone):
+            raise ValueError("head=eomt segments (task=segmentation) with the queries it joins to the ViT's last "
+                             "blocks, which train with it: freeze_backbone=true is not its option.")
+        if self.head == "eomt" and self.jit_compile is True and _backend() == "tensorflow":
+            raise ValueError("head=eomt matches its predictions on the host (tf.numpy_function), which XLA cannot "
+                             "compile: jit_compile=auto or false on TensorFlow.")
         given = [name for name, value in unsupported.items() if value]
         if given:
             raise ValueError(f"task={self.task} takes no {', '.join(given)} (classification options); unset them "

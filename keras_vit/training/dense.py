@@ -4,7 +4,8 @@ The task says what differs from classification: the data (`keras_vit.dense.data`
 paired pipelines of `keras_vit.dense.pipeline`), the model (`DenseModel(backbone, head=config.head)`;
 the backbone frozen with `freeze_backbone`, its blocks scaled by `layer_decay`), the loss and metrics
 (`keras_vit.dense.losses`: cross-entropy with the ignore label and `label_smoothing`, pixel accuracy and mIoU; SILog and δ1,
-each logged as `accuracy` so that the default monitor `val_accuracy` applies). The run folder, resume,
+each logged as `accuracy` so that the default monitor `val_accuracy` applies). EoMT (`head="eomt"`) trains
+a model of every prediction, its masks annealed over the run, with `keras_vit.dense.eomt_loss`. The run folder, resume,
 precision and distribution are the engine's.
 """
 
@@ -14,9 +15,12 @@ import keras
 
 from keras_vit import run_folder
 from keras_vit.dense import sources as dense_sources
+from keras_vit.dense.eomt import OUTPUTS, eomt_training_model
+from keras_vit.dense.eomt_loss import eomt_loss_and_metrics
 from keras_vit.dense.losses import loss_and_metrics
 from keras_vit.dense.model import DenseModel
 from keras_vit.dense import pipeline as dense_pipeline
+from keras_vit.inspect.model_parts import encoder_layer
 from keras_vit.training import engine
 
 # `TrainConfig.task` -> `DenseModel`'s task
@@ -49,14 +53,27 @@ def dpt_options(width):
                 fusion_hidden_size=max(width // 6, 8), fusion_resize="next", head_upsample="input")
 
 
-def build_dense_model(config, num_classes=None):
-    """`(DenseModel, its ViT)` of `config`: its `head` on the config's ViT (pretrained if `weights`)."""
+def eomt_blocks(depth):
+    """The blocks that see EoMT's queries on a ViT of `depth` blocks: a third of them, 1 to 4 (EoMT's
+    ViT-S: 3 of 12, ViT-L: 4 of 24)."""
+    return min(4, max(1, depth // 4))
+
+
+def build_dense_model(config, num_classes=None, total_steps=1):
+    """`(DenseModel, its ViT, the model that trains)` of `config`: its `head` on the config's ViT
+    (pretrained if `weights`); EoMT's training model (`eomt_training_model`) anneals its masks over
+    `total_steps` and outputs every prediction; the others train the model itself."""
     backbone = engine.build_vit(config, include_top=False)
     task = DENSE_TASKS[config.task]
+    name = f"vit_{config.recipe}_{config.head}_{task}"
+    if config.head == "eomt":
+        model, training = eomt_training_model(backbone, num_classes, total_steps, name=name,
+                                              num_blocks=eomt_blocks(encoder_layer(backbone).depth))
+        return model, backbone, training
     options = dpt_options(backbone.output_shape[-1]) if config.head == "dpt" else {}
     model = DenseModel(backbone, head=config.head, task=task, num_classes=num_classes if task == "semantic" else None,
-                       name=f"vit_{config.recipe}_{config.head}_{task}", **options)
-    return model, backbone
+                       name=name, **options)
+    return model, backbone, None
 
 
 class DenseTraining(engine.Task):
@@ -93,22 +110,33 @@ class DenseTraining(engine.Task):
         return val_ds, train_batches
 
     def setup(self, config, source, augmentation):
+        train_model = None
         if self.model is None:
-            model, backbone = build_dense_model(config, source.num_classes)
+            total = engine.schedule_steps(config, source.train_size)[2]
+            model, backbone, train_model = build_dense_model(config, source.num_classes, total)
         else:  # its ViT's layers are those of its "backbone" part, whose blocks layer decay cannot tell apart
             model, backbone = self.model, None
             if config.layer_decay is not None:
                 raise ValueError("layer_decay scales the blocks of the ViT the config builds; with a model given, "
                                  "set layer_decay=none.")
+            if isinstance(model.output, dict):
+                raise ValueError(f"{model.name} outputs {sorted(model.output)}; a given model trains with one "
+                                 "per-pixel output (EoMT trains from the config: head=eomt).")
             shape = tuple(model.inputs[0].shape[1:3])
             if shape not in ((config.image_size,) * 2, (None, None)):
                 raise ValueError(f"The model takes {tuple(model.inputs[0].shape[1:])} images but "
                                  f"image_size={config.image_size}.")
         if config.freeze_backbone:
             model.get_layer("backbone").trainable = False
-        loss, metrics = loss_and_metrics(DENSE_TASKS[config.task], source.num_classes, config.label_smoothing)
-        # the same layers, compiled for training; the saved `model` stays uncompiled (no optimizer in its file)
-        train_model = keras.Model(model.inputs, model.outputs, name=f"{model.name}_training")
+        if train_model is None:
+            loss, metrics = loss_and_metrics(DENSE_TASKS[config.task], source.num_classes, config.label_smoothing)
+            # the same layers, compiled for training; the saved `model` stays uncompiled (no optimizer in its file)
+            train_model = keras.Model(model.inputs, model.outputs, name=f"{model.name}_training")
+        else:
+            mask_size = tuple(model.output[OUTPUTS[1]].shape[2:4])
+            loss, metrics = eomt_loss_and_metrics(source.num_classes, mask_size)
+            # "auto" compiles with XLA on TensorFlow, where the host's matching (tf.numpy_function) cannot run
+            train_model.supports_jit = keras.backend.backend() != "tensorflow"
         return engine.Setup(model, train_model, dict(loss=loss, metrics=metrics), backbone=backbone)
 
     def logged(self, config):

@@ -38,16 +38,26 @@ def model_checkpoint(model):
             f"Model {model.name!r} is not a keras_vit Vision Transformer (it needs the layers "
             "'embedding', 'posembed_input' and 'encoder')."
         ) from None
+    # a trained EoMT model's mask annealing: its state says which blocks still mask (below), not a weight
+    annealing = [layer for layer in model.layers if type(layer).__name__ == "EoMTMaskAnnealing"]
+    state = {v.path for layer in annealing for v in layer.weights}
     tensors = {
         v.path: LazyArray(
             v.shape, np.float32, lambda v=v: np.asarray(keras.ops.convert_to_numpy(v), np.float32), f"variable {v.path}"
         )
-        for v in model.weights
+        for v in model.weights if v.path not in state
     }
     tensors = variables.to_canonical(tensors, block.num_heads, f"model {model.name!r}")
     names = [layer.name for layer in model.layers]
     if "eomt_head" in names:  # which of EoMT's last blocks attend through the masks: a setting, not a variable
         masked = np.asarray(model.get_layer("eomt_head").masked_attention, np.float32)
+        if annealing:
+            kept = np.asarray([keras.ops.convert_to_numpy(layer.probability()) for layer in annealing], np.float32)
+            if ((kept > 0) & (kept < 1)).any():
+                raise ValueError(f"{model.name}: its masks are annealed part-way (kept with probability "
+                                 f"{[round(float(k), 4) for k in kept]}), which transformers applies at random at "
+                                 "inference; export a model whose annealing is over (a run's final.keras).")
+            masked = masked * kept
         tensors[EOMT_MASK_PROBS] = LazyArray.wrap(masked, "the EoMT head's masked_attention")
     pooling = "map" if "map_head" in names else model.get_layer("pooling").mode if "pooling" in names else None
     attention = block.attention

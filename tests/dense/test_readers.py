@@ -102,23 +102,36 @@ def test_layouts_keras_vit_does_not_read_are_refused_in_one_line(folders, tmp_pa
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("name", ["depth_anything", "depth_anything_metric"])
-def test_depth_anything_is_written_back_key_for_key(folders, name, tmp_path):
-    """`keras_vit.weights.export(model, folder, format="hf")`: the tensors read (the mask token, which
-    inference never reads, left out), and a folder transformers loads with the same depth."""
+@pytest.mark.parametrize("name", CASES)
+def test_depth_models_are_written_back_key_for_key(folders, name, tmp_path):
+    """`keras_vit.weights.export(model, folder, format="hf")`: Depth Anything and DPT folders with the
+    tensors read (the mask token, which inference never reads, and BatchNorm's step counts left out),
+    which transformers loads with the same depth."""
     from safetensors.numpy import load_file
 
     folder, reference = folders[name]
     model = keras_vit.from_checkpoint(folder)
     keras_vit.weights.export(model, tmp_path / "out", format="hf")
     original, written = (load_file(f / "model.safetensors") for f in (folder, tmp_path / "out"))
-    assert set(written) == set(original) - {"backbone.embeddings.mask_token"}
+    unread = {k for k in original if k.endswith("num_batches_tracked")} | {"backbone.embeddings.mask_token"}
+    assert set(written) == set(original) - unread
     for key, value in written.items():
         np.testing.assert_array_equal(value, original[key], err_msg=key)
-    loaded = transformers.DepthAnythingForDepthEstimation.from_pretrained(tmp_path / "out").eval()
+    loaded = type(reference).from_pretrained(tmp_path / "out").eval()
     for size in SIZES:
         want = predicted_depth(reference, images(size))
         np.testing.assert_allclose(predicted_depth(loaded, images(size)), want, rtol=0, atol=1e-4 * np.abs(want).max())
     again = keras_vit.from_checkpoint(tmp_path / "out")
     np.testing.assert_allclose(again.predict(images(SIZES[1]), verbose=0), model.predict(images(SIZES[1]), verbose=0),
                                rtol=0, atol=1e-6)
+
+
+@pytest.mark.backend_independent
+def test_a_dpt_head_transformers_has_no_layout_for_is_refused_in_one_line(tmp_path):
+    vit = keras_vit.VisionTransformer(input_shape=(32, 32, 3), patch_size=8, hidden_dim=16, depth=4, num_heads=2,
+                                      mlp_dim=32, include_top=False, pooling=None)
+    model = keras_vit.DenseModel(vit, "dpt", "semantic", num_classes=3, neck_hidden_sizes=(8, 8, 16, 16),
+                                 fusion_hidden_size=8)
+    with pytest.raises(ValueError, match=r"head='dpt', task='depth'.*\(Depth Anything\).*\(DPT\)") as error:
+        keras_vit.weights.export(model, tmp_path / "out", format="hf")
+    assert "\n" not in str(error.value) and not (tmp_path / "out").exists()
