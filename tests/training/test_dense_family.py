@@ -23,7 +23,7 @@ ARCHITECTURE = dict(image_size=16, patch_size=4, hidden_dim=16, depth=1, num_hea
 @pytest.mark.parametrize("name", [name for name in list_models() if name not in HYBRIDS])
 def test_every_named_model_is_a_dense_backbone_with_its_family_options(name):
     config = recipe("digits", task="segmentation", model=name, **ARCHITECTURE)
-    model, backbone = build_dense_model(config, num_classes=3)
+    model, backbone, _ = build_dense_model(config, num_classes=3)
     assert model.output_shape == (None, 16, 16, 3)
     options = {k: v for k, v in FAMILIES.get(name, {}).items() if k not in NOT_ARCHITECTURE}
     built = backbone.get_config()
