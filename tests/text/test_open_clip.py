@@ -64,7 +64,7 @@ def test_bad_open_clip_folders_are_refused_in_one_line(open_clip, tmp_path):
     config["model_cfg"]["text_cfg"]["hf_model_name"] = "xlm-roberta-base"
     with open(os.path.join(edited, "open_clip_config.json"), "w", encoding="utf-8") as handle:
         json.dump(config, handle)
-    with pytest.raises(ValueError, match=r"hf_model_name.*keras_vit reads OpenCLIP's CLIP text transformer") as error:
+    with pytest.raises(ValueError, match=r"hf_model_name.*keras_vit reads OpenCLIP's text transformer") as error:
         keras_vit.ImageTextModel.from_checkpoint(edited)
     assert "\n" not in str(error.value)
     bare = str(tmp_path / "no_tokenizer")
