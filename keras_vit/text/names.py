@@ -4,16 +4,25 @@ image towers' named weights are). Plain Python, no Keras.
 
 A name's files (config, weights, image processor and tokenizer files) come from the hub through
 `huggingface_hub.snapshot_download` (its cache); a folder holding them put by hand at
-`local_folder(name)` is read instead, without network."""
+`local_folder(name)` is read instead, without network. Each weights file is checked once, in full,
+when first read (`keras_vit.weights.download.check_once`: its sha256 against `SHA256`'s pin where
+one is declared, a parse of the whole file) and its sha256 recorded beside `local_folder(name)`'s
+copy; a file that later differs from its record is refused in one line. A pinned file of another
+kind (config, tokenizer) is hashed each time it is read."""
 
+import fnmatch
 import os
 import types
 
 from keras_vit.text.tokenizers import FILES as TOKENIZER_FILES
-from keras_vit.weights.download import DownloadError
+from keras_vit.utils.files import remove
+from keras_vit.weights.download import DownloadError, check_once, record_path, sha256_of
 from keras_vit.weights.registry import cache_path
 
-# repository id -> licence of its weights
+# repository id -> licence of its weights. MetaCLIP 2 (worldwide, XLM-V tokenizer; `MetaClip2Model`).
+METACLIP2 = {f"facebook/metaclip-2-worldwide-{name}": "cc-by-nc-4.0" for name in (
+    "s16", "s16-384", "m16", "m16-384", "b32", "b32-384", "b16", "b16-384", "l14", "huge-quickgelu", "huge-378",
+    "giant", "giant-378")}
 CLIP = {f"openai/clip-vit-{size}": "mit" for size in ("base-patch32", "base-patch16", "large-patch14",
                                                       "large-patch14-336")}
 CLIP.update({f"laion/CLIP-ViT-{name}": "mit" for name in ("B-32-laion2B-s34B-b79K", "L-14-laion2B-s32B-b82K",
@@ -26,10 +35,15 @@ SIGLIP2 = {f"google/siglip2-{name}": "apache-2.0" for name in (
     "large-patch16-384", "large-patch16-512", "so400m-patch14-224", "so400m-patch14-384", "so400m-patch16-256",
     "so400m-patch16-384", "so400m-patch16-512", "giant-opt-patch16-256", "giant-opt-patch16-384",
     "base-patch16-naflex", "so400m-patch16-naflex")}
-NAMES = {**CLIP, **SIGLIP, **SIGLIP2}
+NAMES = {**METACLIP2, **CLIP, **SIGLIP, **SIGLIP2}
 # the files of a repository that are read (transformers' single or sharded safetensors)
 PATTERNS = ("config.json", "preprocessor_config.json", "model.safetensors", "model.safetensors.index.json",
             "model-*.safetensors", *TOKENIZER_FILES)
+WEIGHTS = ("model.safetensors", "model-*.safetensors")  # the files checked in full once and recorded
+# repository id -> {file name: its sha256}: a file's pin, declared once, checked whenever the file is
+# read. Only hashes verified against the hub's files belong here; none are pinned yet (the records
+# of `check_once` still refuse a file that changes after its first use).
+SHA256 = {}
 
 
 def local_folder(name):
@@ -41,7 +55,33 @@ def local_folder(name):
 
 def _has_weights(folder):
     return os.path.isfile(os.path.join(folder, "config.json")) and any(
-        name.startswith("model") and name.endswith((".safetensors", ".json")) for name in os.listdir(folder))
+        os.path.isfile(os.path.join(folder, name)) for name in ("model.safetensors", "model.safetensors.index.json"))
+
+
+def _file(name, file_name):
+    """The record of the named checkpoint's file `file_name` as `check_once` takes it: its pin
+    (None where none is declared), its record beside `local_folder(name)`'s copy."""
+    return types.SimpleNamespace(variant="ImageText", name=name.replace("/", "--"), file_name=file_name, size=None,
+                                 sha256=SHA256.get(name, {}).get(file_name),
+                                 url=f"https://huggingface.co/{name}/resolve/main/{file_name}")
+
+
+def check_files(name, folder, force_download=False):
+    """Checks the files of the named checkpoint `name` in `folder`: each weights file once, in
+    full (its pin, a parse; recorded, then only compared with its record; `force_download`:
+    checked anew), each other pinned file by its sha256. Raises ValueError in one line."""
+    for file_name in sorted(os.listdir(folder)):
+        entry, path = _file(name, file_name), os.path.join(folder, file_name)
+        try:
+            if any(fnmatch.fnmatch(file_name, pattern) for pattern in WEIGHTS):
+                if force_download:
+                    remove(record_path(entry))
+                check_once(path, entry)
+            elif entry.sha256 is not None and sha256_of(path) != entry.sha256.lower():
+                raise ValueError(f"{path}: sha256 {sha256_of(path)} does not match the expected {entry.sha256}.")
+        except ValueError as error:
+            raise ValueError(f"{error} (a file of {name}; ImageTextModel.from_checkpoint(..., force_download=True) "
+                             "fetches it again)") from None
 
 
 def fetch(name, force_download=False):
@@ -54,6 +94,7 @@ def fetch(name, force_download=False):
                          f"{', '.join(NAMES)}.")
     target = local_folder(name)
     if os.path.isdir(target) and _has_weights(target) and not force_download:
+        check_files(name, target)
         return target
     where = f"put its {', '.join(PATTERNS[:3])} and tokenizer files in {target}; they are picked up from there"
     try:
@@ -61,9 +102,11 @@ def fetch(name, force_download=False):
     except ImportError:
         raise DownloadError(f"Reading {name} needs huggingface_hub (pip install huggingface_hub), or {where}.") from None
     try:
-        return huggingface_hub.snapshot_download(repo_id=name, allow_patterns=list(PATTERNS),
-                                                 **({"force_download": True} if force_download else {}))
+        folder = huggingface_hub.snapshot_download(repo_id=name, allow_patterns=list(PATTERNS),
+                                                   **({"force_download": True} if force_download else {}))
     except Exception as error:  # the hub client's network and HTTP errors
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise DownloadError(f"Could not download {name} from the Hugging Face hub ({reason}). To use it without "
                             f"downloading it here, {where}.") from error
+    check_files(name, folder, force_download)
+    return folder

@@ -295,3 +295,48 @@ def open_clip_siglip_folder(folder, tokenizer="t5", kind="safetensors", seed=0, 
     with open(os.path.join(folder, "open_clip_config.json"), "w", encoding="utf-8") as handle:
         json.dump(config, handle)
     return model
+
+
+def write_xlmv_tokenizer(folder):
+    """MetaCLIP 2's XLM-V tokenizer as its checkpoints ship it: a Unigram `tokenizer.json` (XLM-R
+    layout: `<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3; `<s> text </s>`) and an `XLMRobertaTokenizer`
+    `tokenizer_config.json`, over SentencePiece pieces trained on `SENTENCES`; its size."""
+    import sentencepiece
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    os.makedirs(folder, exist_ok=True)
+    prefix = os.path.join(folder, "xlmv")
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(SENTENCES), model_prefix=prefix, vocab_size=80, hard_vocab_limit=False, bos_id=0,
+        pad_id=1, eos_id=2, unk_id=3, minloglevel=2)
+    pieces = sentencepiece.SentencePieceProcessor(model_file=prefix + ".model")
+    vocab = [(pieces.id_to_piece(i), pieces.get_score(i)) for i in range(pieces.get_piece_size())] + [("<mask>", 0.0)]
+    for suffix in (".model", ".vocab"):
+        os.remove(prefix + suffix)
+    fast = Tokenizer(models.Unigram(vocab, unk_id=3))
+    fast.normalizer = normalizers.NFKC()
+    fast.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    fast.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    fast.add_special_tokens(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    fast.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as handle:
+        json.dump({"tokenizer_class": "XLMRobertaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
+                   "cls_token": "<s>", "pad_token": "<pad>", "unk_token": "<unk>", "mask_token": "<mask>",
+                   "model_max_length": 77}, handle)
+    return fast.get_vocab_size()
+
+
+def metaclip2_folder(folder, seed=0):
+    """A random `MetaClip2Model` folder with the XLM-V tokenizer files (`write_xlmv_tokenizer`;
+    end-of-text id 2, where the text tower pools) and a `CLIPImageProcessor` config; the torch model."""
+    import transformers
+
+    vocab = write_xlmv_tokenizer(folder)
+    text = dict(TOWER, vocab_size=vocab, max_position_embeddings=77, bos_token_id=0, eos_token_id=2, pad_token_id=1,
+                projection_dim=24)
+    config = transformers.MetaClip2Config(text_config=text, vision_config=VISION, projection_dim=24)
+    model = randomize_family_model(transformers.MetaClip2Model(config), seed)
+    model.save_pretrained(folder)
+    transformers.CLIPImageProcessor(size={"shortest_edge": IMAGE}, crop_size={"height": IMAGE, "width": IMAGE}
+                                    ).save_pretrained(folder)
+    return model

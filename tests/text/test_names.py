@@ -11,7 +11,7 @@ import pytest
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.text import names
-from keras_vit.weights.download import DownloadError
+from keras_vit.weights.download import DownloadError, sha256_of
 from tests.support.text import siglip_folder
 
 huggingface_hub = pytest.importorskip("huggingface_hub")
@@ -71,3 +71,29 @@ def test_unknown_names_are_refused_in_one_line(capsys, tmp_path):
     out = str(tmp_path / "y.keras")
     assert main(["zero-shot", "--weights", "nobody/nothing", "--labels", "a", "--save-classifier", out]) == 2
     assert "nor a named checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.backend_independent
+def test_pinned_files_are_checked_and_weights_recorded(folder, monkeypatch, tmp_path):
+    """A wrong sha256 pin is refused in one line; the right one reads, and the weights' check is
+    recorded, so a weights file changed afterwards is refused until fetched again."""
+    path, expected = folder
+    snapshot = str(tmp_path / "snapshot")
+    shutil.copytree(path, snapshot)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda **kwargs: snapshot)
+    weights = os.path.join(snapshot, "model.safetensors")
+    monkeypatch.setitem(names.SHA256, NAME, {"model.safetensors": "0" * 64})
+    with pytest.raises(ValueError, match=r"model.safetensors: sha256 [0-9a-f]{64} does not match the expected 0{64}") \
+            as error:
+        keras_vit.ImageTextModel.from_checkpoint(NAME)
+    assert "\n" not in str(error.value) and "force_download=True" in str(error.value)
+    monkeypatch.setitem(names.SHA256, NAME, {"model.safetensors": sha256_of(weights), "config.json": "1" * 64})
+    with pytest.raises(ValueError, match=r"config.json: sha256 .* does not match the expected 1{64}"):
+        keras_vit.ImageTextModel.from_checkpoint(NAME)
+    monkeypatch.setitem(names.SHA256, NAME, {"model.safetensors": sha256_of(weights)})
+    np.testing.assert_array_equal(keras_vit.ImageTextModel.from_checkpoint(NAME).encode_text(TEXTS), expected)
+    assert os.path.isfile(os.path.join(names.local_folder(NAME), "model.safetensors.sha256.json"))
+    with open(weights, "ab") as handle:  # the cached copy changes after its check
+        handle.write(b" ")
+    with pytest.raises(ValueError, match="is not the file checked when it was first downloaded"):
+        names.fetch(NAME)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from tests.support.text import IMAGE, clip_folder, open_clip_folder
+from tests.support.text import IMAGE, clip_folder, metaclip2_folder, open_clip_folder
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -96,3 +96,22 @@ def test_metaclip2_matches_transformers(tmp_path, eos_token_id):
         image = model.get_image_features(pixel_values=pixels)
     np.testing.assert_allclose(ours.encode_image(images), getattr(image, "pooler_output", image).numpy(),
                                atol=TOLERANCE, rtol=0)
+
+
+def test_metaclip2_with_its_xlmv_tokenizer_matches_transformers(tmp_path):
+    """MetaCLIP 2's own tokenizer files (XLM-V: a Unigram `tokenizer.json`, `<s> ... </s>` padded
+    with `<pad>`, end-of-text id 2): the ids, text features and probabilities of transformers'."""
+    folder = str(tmp_path)
+    model = metaclip2_folder(folder)
+    ids = transformers.AutoTokenizer.from_pretrained(folder)(LABELS, padding="max_length", max_length=77,
+                                                             truncation=True, return_tensors="pt")["input_ids"]
+    images = np.random.default_rng(0).integers(0, 256, (2, IMAGE, IMAGE, 3), dtype=np.uint8)
+    pixels = transformers.CLIPImageProcessor.from_pretrained(folder)(list(images), return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        text = model.get_text_features(input_ids=ids)
+        probabilities = model(input_ids=ids, pixel_values=pixels).logits_per_image.softmax(-1).numpy()
+    ours = keras_vit.ImageTextModel.from_checkpoint(folder)
+    np.testing.assert_array_equal(ours.tokenizer(LABELS), ids.numpy())
+    np.testing.assert_allclose(ours.encode_text(LABELS), getattr(text, "pooler_output", text).numpy(), atol=TOLERANCE,
+                               rtol=0)
+    np.testing.assert_allclose(ours.zero_shot(images, LABELS), probabilities, atol=TOLERANCE, rtol=0)
