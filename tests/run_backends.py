@@ -86,6 +86,7 @@ QUICK = (
     "tests/text/test_names.py::test_unknown_names_are_refused_in_one_line",
     "tests/inference/test_export_dense.py::test_several_outputs_are_paired_by_name_then_shape",
     "tests/dense/test_named.py::test_offline_is_one_line_naming_the_cache_folder",
+    "tests/training/test_checkpoint_scaling.py::test_the_pipelines_normalise_by_the_preprocessing",
 )
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 
