@@ -1,6 +1,6 @@
 """The named image-text checkpoints `ImageTextModel.from_checkpoint(name)` reads: Hugging Face hub
-repositories holding both towers in transformers' layout, each name its repository id (as the
-image towers' named weights are). Plain Python, no Keras.
+repositories holding both towers in transformers' layout (or OpenCLIP's: timm's SigLIP copies),
+each name its repository id (as the image towers' named weights are). Plain Python, no Keras.
 
 A name's files (config, weights, image processor and tokenizer files) come from the hub through
 `huggingface_hub.snapshot_download` (its cache); a folder holding them put by hand at
@@ -23,6 +23,13 @@ from keras_vit.weights.registry import cache_path
 METACLIP2 = {f"facebook/metaclip-2-worldwide-{name}": "cc-by-nc-4.0" for name in (
     "s16", "s16-384", "m16", "m16-384", "b32", "b32-384", "b16", "b16-384", "l14", "huge-quickgelu", "huge-378",
     "giant", "giant-378")}
+# OpenCLIP's copies of SigLIP and SigLIP 2 (`open_clip_model.safetensors`, `open_clip_config.json`, HF tokenizer).
+OPEN_CLIP_SIGLIP = {f"timm/ViT-{name}": "apache-2.0" for name in (
+    "B-16-SigLIP", "B-16-SigLIP-256", "B-16-SigLIP-i18n-256", "B-16-SigLIP-384", "B-16-SigLIP-512", "L-16-SigLIP-256",
+    "L-16-SigLIP-384", "SO400M-14-SigLIP", "SO400M-14-SigLIP-384", "SO400M-16-SigLIP-i18n-256", "B-32-SigLIP2-256",
+    "B-16-SigLIP2", "B-16-SigLIP2-256", "B-16-SigLIP2-384", "B-16-SigLIP2-512", "L-16-SigLIP2-256", "L-16-SigLIP2-384",
+    "L-16-SigLIP2-512", "SO400M-14-SigLIP2", "SO400M-14-SigLIP2-378", "SO400M-16-SigLIP2-256", "SO400M-16-SigLIP2-384",
+    "SO400M-16-SigLIP2-512", "gopt-16-SigLIP2-256", "gopt-16-SigLIP2-384")}
 CLIP = {f"openai/clip-vit-{size}": "mit" for size in ("base-patch32", "base-patch16", "large-patch14",
                                                       "large-patch14-336")}
 CLIP.update({f"laion/CLIP-ViT-{name}": "mit" for name in ("B-32-laion2B-s34B-b79K", "L-14-laion2B-s32B-b82K",
@@ -35,11 +42,12 @@ SIGLIP2 = {f"google/siglip2-{name}": "apache-2.0" for name in (
     "large-patch16-384", "large-patch16-512", "so400m-patch14-224", "so400m-patch14-384", "so400m-patch16-256",
     "so400m-patch16-384", "so400m-patch16-512", "giant-opt-patch16-256", "giant-opt-patch16-384",
     "base-patch16-naflex", "so400m-patch16-naflex")}
-NAMES = {**METACLIP2, **CLIP, **SIGLIP, **SIGLIP2}
-# the files of a repository that are read (transformers' single or sharded safetensors)
+NAMES = {**METACLIP2, **OPEN_CLIP_SIGLIP, **CLIP, **SIGLIP, **SIGLIP2}
+# the files of a repository that are read (transformers' single or sharded safetensors, OpenCLIP's)
 PATTERNS = ("config.json", "preprocessor_config.json", "model.safetensors", "model.safetensors.index.json",
-            "model-*.safetensors", *TOKENIZER_FILES)
-WEIGHTS = ("model.safetensors", "model-*.safetensors")  # the files checked in full once and recorded
+            "model-*.safetensors", "open_clip_config.json", "open_clip_model.safetensors", *TOKENIZER_FILES)
+# the files checked in full once and recorded
+WEIGHTS = ("model.safetensors", "model-*.safetensors", "open_clip_model.safetensors")
 # repository id -> {file name: its sha256}: a file's pin, declared once, checked whenever the file is
 # read. Only hashes verified against the hub's files belong here; none are pinned yet (the records
 # of `check_once` still refuse a file that changes after its first use).
@@ -54,8 +62,11 @@ def local_folder(name):
 
 
 def _has_weights(folder):
-    return os.path.isfile(os.path.join(folder, "config.json")) and any(
-        os.path.isfile(os.path.join(folder, name)) for name in ("model.safetensors", "model.safetensors.index.json"))
+    def has(*names):
+        return any(os.path.isfile(os.path.join(folder, name)) for name in names)
+
+    return (has("config.json") and has("model.safetensors", "model.safetensors.index.json")) or (
+        has("open_clip_config.json") and has("open_clip_model.safetensors"))
 
 
 def _file(name, file_name):

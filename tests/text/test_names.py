@@ -12,7 +12,7 @@ import keras_vit
 from keras_vit.cli import main
 from keras_vit.text import names
 from keras_vit.weights.download import DownloadError, sha256_of
-from tests.support.text import siglip_folder
+from tests.support.text import open_clip_siglip_folder, siglip_folder
 
 huggingface_hub = pytest.importorskip("huggingface_hub")
 pytest.importorskip("transformers")
@@ -97,3 +97,18 @@ def test_pinned_files_are_checked_and_weights_recorded(folder, monkeypatch, tmp_
         handle.write(b" ")
     with pytest.raises(ValueError, match="is not the file checked when it was first downloaded"):
         names.fetch(NAME)
+
+
+@pytest.mark.backend_independent
+def test_an_open_clip_siglip_name_reads_its_snapshot(monkeypatch, tmp_path):
+    """OpenCLIP's hub copies (`timm/ViT-B-16-SigLIP`): its OpenCLIP files asked for, read, recorded."""
+    folder = str(tmp_path / "open_clip")
+    open_clip_siglip_folder(folder)
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda **kwargs: calls.append(kwargs) or folder)
+    model = keras_vit.ImageTextModel.from_checkpoint("timm/ViT-B-16-SigLIP")
+    np.testing.assert_array_equal(model.tokenizer(TEXTS), keras_vit.ImageTextModel.from_checkpoint(folder).tokenizer(TEXTS))
+    assert model.family == "siglip" and names.NAMES["timm/ViT-B-16-SigLIP"] == "apache-2.0"
+    assert {"open_clip_config.json", "open_clip_model.safetensors", "tokenizer.json"} <= set(calls[0]["allow_patterns"])
+    record = os.path.join(names.local_folder("timm/ViT-B-16-SigLIP"), "open_clip_model.safetensors.sha256.json")
+    assert os.path.isfile(record)
