@@ -82,7 +82,8 @@ def scale_to_unit(image):
 def normalise(image, scaling):
     """[0, 255] -> `(x - scaling.offset) / scaling.scale` per channel (`scaling`: a
     `keras_vit.preprocessing.Preprocessing`, e.g. CLIP's mean / std); "vit"'s is `scale_to_unit`."""
-    return (tf.cast(image, tf.float32) - tf.constant(scaling.offset, tf.float32)) / tf.constant(scaling.scale, tf.float32)
+    offset, scale = tf.constant(scaling.offset, tf.float32), tf.constant(scaling.scale, tf.float32)
+    return (tf.cast(image, tf.float32) - offset) / scale
 
 
 def train_transform(image, seed, size, area_range, aspect_range, flip):

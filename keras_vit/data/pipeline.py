@@ -3,12 +3,12 @@
 Training stream: shuffle (a new order every pass over the data) -> repeat forever -> per
 example decode (of a JPEG only the crop window), inception crop, flip, [RandAugment] -> batch
 (dropping no data: batches run across epoch boundaries) -> prefetch. Then either the host
-scales the batch (to [-1, 1], or by the model's mean / std: `preprocessing`), or (`on_step`) it sends uint8 images and the batch's MixUp /
-CutMix draw (`augment.mix_table`) to the training step, which scales and mixes them on the
-accelerator (`on_step`). Each example's crop, flip and RandAugment ops, and each batch's
-MixUp / CutMix, are drawn from a seed keyed by (first) example position in the stream, so the
-stream is a pure function of `seed` and can be started at any example (`start`), which is how
-a resumed run continues exactly where it stopped.
+scales the batch (to [-1, 1], or by the model's mean / std: `preprocessing`), or (`on_step`)
+it sends uint8 images and the batch's MixUp / CutMix draw (`augment.mix_table`) to the
+training step, which scales and mixes them on the accelerator (`on_step`). Each example's
+crop, flip and RandAugment ops, and each batch's MixUp / CutMix, are drawn from a seed keyed by
+(first) example position in the stream, so the stream is a pure function of `seed` and can be
+started at any example (`start`), which is how a resumed run continues exactly where it stopped.
 
 Evaluation: decode -> resize + centre crop -> scale -> batch -> prefetch.
 """

@@ -128,8 +128,8 @@ def source_features(representation, source, image_size, batch_size=128, crop_fra
     from keras_vit.data import pipeline
 
     splits = [
-        extract(representation, pipeline.eval_dataset(source, image_size, batch_size, crop_fraction=crop_fraction, split=s,
-                                                      preprocessing=preprocessing))
+        extract(representation, pipeline.eval_dataset(source, image_size, batch_size, crop_fraction=crop_fraction,
+                                                      split=s, preprocessing=preprocessing))
         for s in ("train", "validation")
     ]
     return (*splits[0], *splits[1])

@@ -31,6 +31,7 @@ DEFAULTS = {"hf_model_name": None, "embed_cls": False, "ls_init_value": None, "f
             "scaled_cosine_attn": False, "scale_heads": False, "scale_attn_inner": False, "scale_attn": False,
             "scale_fc": False, "tokenizer_mode": None, "tokenizer_type": ""}
 POOLINGS = {"argmax": "eos", "eos": "eos", "last": "last"}  # OpenCLIP's pool_type -> TextPooling's
+GELUS = ("none", "tanh")  # act_kwargs.approximate: exact or tanh GELU
 CLEANS = ("canonicalize", "lower", "whitespace", "whitespace_underscore")  # HFTokenizer's `clean` choices
 RENAMES = {"ln_1": "layer_norm1", "ln_2": "layer_norm2", "attn.out_proj": "self_attn.out_proj", "mlp.c_fc": "mlp.fc1",
            "mlp.c_proj": "mlp.fc2"}
@@ -61,7 +62,7 @@ def _text_cfg(meta, path):
         other["pool_type"] = text["pool_type"]
     if not isinstance(norm, dict) or set(norm) - {"eps"}:
         other["norm_kwargs"] = norm
-    if not isinstance(act, dict) or set(act) - {"approximate"} or act.get("approximate", "none") not in ("none", "tanh"):
+    if not isinstance(act, dict) or set(act) - {"approximate"} or act.get("approximate", "none") not in GELUS:
         other["act_kwargs"] = act
     if not isinstance(kwargs, dict) or set(kwargs) - {"clean", "strip_sep_token"} or kwargs.get("strip_sep_token") \
             or kwargs.get("clean", "whitespace") not in CLEANS:
@@ -89,7 +90,8 @@ def read(folder, tensors, meta):
     text, model = _text_cfg(meta, folder)
     prefix = text_prefix(tensors)
     scale, logit_bias = tensors.get("logit_scale"), tensors.get("logit_bias")
-    tensors = {key[len(prefix):]: value for key, value in tensors.items() if key.startswith(prefix)} if prefix else tensors
+    if prefix:
+        tensors = {key[len(prefix):]: value for key, value in tensors.items() if key.startswith(prefix)}
     bias = text.get("proj_bias", False)
     projection = "text_projection.weight" if bias else "text_projection"
     missing = [key for key in ("positional_embedding", projection) if key not in tensors]
@@ -107,7 +109,8 @@ def read(folder, tensors, meta):
         mlp_dim=tensors[BLOCK.format(i=0) + "mlp.c_fc.weight"].shape[0] if depth else 4 * width,
         quick_gelu=bool(model.get("quick_gelu", False)),
         approximate_gelu=(text.get("act_kwargs") or {}).get("approximate") == "tanh",
-        layer_norm_epsilon=float((text.get("norm_kwargs") or {}).get("eps", EPSILON)), causal=not text.get("no_causal_mask"),
+        layer_norm_epsilon=float((text.get("norm_kwargs") or {}).get("eps", EPSILON)),
+        causal=not text.get("no_causal_mask"),
         pooling=POOLINGS[pool], eos_token_id=text["eos_id"] if pool == "eos" else tokenizer.eos_id,
         projection_dim=tensors[projection].shape[0 if bias else -1], projection_bias=bool(bias))
     head = "text_projection" if family == "clip" else "head"
