@@ -27,3 +27,9 @@ def preprocessing(name=None):
     name = DEFAULT if name is None else getattr(name, "preprocessing", name)
     check_name(name)
     return PREPROCESSING[name]
+
+
+def name_of(model):
+    """The preprocessing name `model` records (`model.preprocessing`), else the default: a Keras
+    model not built by keras_vit."""
+    return getattr(model, "preprocessing", None) or DEFAULT

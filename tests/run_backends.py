@@ -90,6 +90,7 @@ QUICK = (
     "tests/dense/test_named.py::test_offline_is_one_line_naming_the_cache_folder",
     "tests/dense/test_sliding.py::test_tiling_and_averaging_match_numpy",
     "tests/dense/test_tfds_data.py::test_cityscapes_label_ids_become_the_19_train_ids",
+    "tests/training/test_checkpoint_scaling.py::test_the_pipelines_normalise_by_the_preprocessing",
 )
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 

@@ -79,6 +79,13 @@ def scale_to_unit(image):
     return (tf.cast(image, tf.float32) - 127.5) / 127.5
 
 
+def normalise(image, scaling):
+    """[0, 255] -> `(x - scaling.offset) / scaling.scale` per channel (`scaling`: a
+    `keras_vit.preprocessing.Preprocessing`, e.g. CLIP's mean / std); "vit"'s is `scale_to_unit`."""
+    offset, scale = tf.constant(scaling.offset, tf.float32), tf.constant(scaling.scale, tf.float32)
+    return (tf.cast(image, tf.float32) - offset) / scale
+
+
 def train_transform(image, seed, size, area_range, aspect_range, flip):
     """Inception crop to `size` and an optional horizontal flip; float32 pixels in [0, 255]."""
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))

@@ -3,12 +3,12 @@
 Training stream: shuffle (a new order every pass over the data) -> repeat forever -> per
 example decode (of a JPEG only the crop window), inception crop, flip, [RandAugment] -> batch
 (dropping no data: batches run across epoch boundaries) -> prefetch. Then either the host
-scales the batch to [-1, 1], or (`on_step`) it sends uint8 images and the batch's MixUp /
-CutMix draw (`augment.mix_table`) to the training step, which scales and mixes them on the
-accelerator (`on_step`). Each example's crop, flip and RandAugment ops, and each batch's
-MixUp / CutMix, are drawn from a seed keyed by (first) example position in the stream, so the
-stream is a pure function of `seed` and can be started at any example (`start`), which is how
-a resumed run continues exactly where it stopped.
+scales the batch (to [-1, 1], or by the model's mean / std: `preprocessing`), or (`on_step`)
+it sends uint8 images and the batch's MixUp / CutMix draw (`augment.mix_table`) to the
+training step, which scales and mixes them on the accelerator (`on_step`). Each example's
+crop, flip and RandAugment ops, and each batch's MixUp / CutMix, are drawn from a seed keyed by
+(first) example position in the stream, so the stream is a pure function of `seed` and can be
+started at any example (`start`), which is how a resumed run continues exactly where it stopped.
 
 Evaluation: decode -> resize + centre crop -> scale -> batch -> prefetch.
 """
@@ -20,6 +20,7 @@ import tensorflow as tf
 from keras_vit.data import augment
 from keras_vit.data import randaugment
 from keras_vit.data import three_augment
+from keras_vit.preprocessing import preprocessing as preprocessing_of
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -126,12 +127,14 @@ def train_dataset(
     deterministic=False,
     on_corrupt="skip",
     on_step=False,
+    preprocessing="vit",
 ):
     """An endless stream of `(images, labels)` batches of `batch_size` for training.
 
     With `on_step` the images are uint8 in [0, 255] and, with MixUp / CutMix, `(images, mix
     table)`, for a training step that finishes them (`on_step.TrainingModel`); without it
-    they are float32 in [-1, 1] and the augmentation must not mix.
+    they are float32, scaled by `preprocessing` (a model: its own; default [-1, 1]), and the
+    augmentation must not mix.
 
     `start` is the number of examples this process has already consumed. Two ways to split
     the work over processes: `shard=(num_shards, index)` gives each its own shard of the data;
@@ -178,12 +181,12 @@ def train_dataset(
     if (source.decode or source.read) is not None and on_corrupt == "skip":
         stream = stream.ignore_errors()
     stream = stream.batch(batch_size, drop_remainder=True)
-    num_classes, size = source.num_classes, aug.image_size
+    num_classes, size, scaling = source.num_classes, aug.image_size, preprocessing_of(preprocessing)
 
     def finish(images, labels, positions):
         labels = as_labels(labels, num_classes, one_hot or aug.mixes_labels)
         if not on_step:
-            return augment.scale_to_unit(images), labels
+            return augment.normalise(images, scaling), labels
         # keyed by the batch's first example: reproducible and resumable like the examples
         key = tf.random.experimental.stateless_fold_in(tf.stack([tf.cast(seed, tf.int64), positions[0]]), 2)
         table = augment.mix_table(key, batch_size, size, size, aug.mixup, aug.cutmix)
@@ -204,8 +207,10 @@ def eval_dataset(
     pad_to_multiple=1,
     part=(1, 0),
     on_corrupt="skip",
+    preprocessing="vit",
 ):
-    """`(images, labels)` batches of a split in order, resized + centre-cropped.
+    """`(images, labels)` batches of a split in order, resized + centre-cropped, scaled by
+    `preprocessing` (a model: its own; default [-1, 1]).
 
     With `pad_to_multiple > 1` or `part` (as in `train_dataset`) every batch has exactly
     `batch_size` examples (a static shape, as data parallelism over devices and processes
@@ -218,7 +223,7 @@ def eval_dataset(
         raise ValueError(f"{source.name!r} has no {split} split.")
     if not 0 < crop_fraction <= 1:
         raise ValueError(f"crop_fraction={crop_fraction} must be in (0, 1].")
-    num_classes = source.num_classes
+    num_classes, scaling = source.num_classes, preprocessing_of(preprocessing)
 
     def example(*element):
         image, label = source.decode(*element) if source.decode else element
@@ -241,7 +246,7 @@ def eval_dataset(
         ds = ds.batch(batch_size)
 
     def finish(images, labels, *weights):
-        return (augment.scale_to_unit(images), as_labels(labels, num_classes, one_hot), *weights)
+        return (augment.normalise(images, scaling), as_labels(labels, num_classes, one_hot), *weights)
 
     ds = ds.map(finish, num_parallel_calls=AUTOTUNE)
     return ds.prefetch(AUTOTUNE).with_options(dataset_options(True))

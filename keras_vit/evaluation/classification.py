@@ -7,6 +7,7 @@ import keras
 import numpy as np
 
 from keras_vit.config.fields import check_count
+from keras_vit.preprocessing import name_of
 from keras_vit.model.logits import ends_with_softmax
 from keras_vit.inspect.model_parts import is_naflex, position_layer
 from keras_vit.run_folder import load_model, metadata
@@ -90,7 +91,8 @@ def evaluate(model_path, data=None, *, split="validation", batch_size=128, **sou
         ds = naflex.eval_dataset(source, batch_size, patch, naflex_budget(model, model_path), preprocessing=model,
                                  split=split)
     else:
-        ds = pipeline.eval_dataset(source, square_size(model), batch_size, crop_fraction=eval_crop, split=split)
+        ds = pipeline.eval_dataset(source, square_size(model), batch_size, crop_fraction=eval_crop, split=split,
+                                   preprocessing=name_of(model))
     model.compile(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=not ends_with_softmax(model)),
         metrics=[

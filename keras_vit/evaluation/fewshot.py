@@ -18,6 +18,7 @@ import keras
 import numpy as np
 
 from keras_vit.config.fields import check_count
+from keras_vit.preprocessing import name_of
 
 
 SHOTS = (1, 5, 10, 25)
@@ -121,12 +122,14 @@ def extract(representation, dataset):
     return np.concatenate(features), np.concatenate(labels)
 
 
-def source_features(representation, source, image_size, batch_size=128, crop_fraction=1.0):
-    """`(train features, train labels, validation features, validation labels)` of a `Source`."""
+def source_features(representation, source, image_size, batch_size=128, crop_fraction=1.0, preprocessing="vit"):
+    """`(train features, train labels, validation features, validation labels)` of a `Source`,
+    its images scaled by `preprocessing` (a model: its own)."""
     from keras_vit.data import pipeline
 
     splits = [
-        extract(representation, pipeline.eval_dataset(source, image_size, batch_size, crop_fraction=crop_fraction, split=s))
+        extract(representation, pipeline.eval_dataset(source, image_size, batch_size, crop_fraction=crop_fraction,
+                                                      split=s, preprocessing=preprocessing))
         for s in ("train", "validation")
     ]
     return (*splits[0], *splits[1])
@@ -158,6 +161,7 @@ def evaluate(model, data, *, shots=SHOTS, seeds=SEEDS, l2=L2, layer=None, poolin
     check_count("batch_size", batch_size, "images run at a time")
     source = data if isinstance(data, Source) else load_source(data, **source_options)
     size = image_size or image_size_of(model)
-    arrays = source_features(representation_model(model, layer, pooling), source, size, batch_size, crop_fraction)
+    arrays = source_features(representation_model(model, layer, pooling), source, size, batch_size, crop_fraction,
+                             preprocessing=name_of(model))
     results = fewshot_accuracy(*arrays, shots=shots, seeds=seeds, l2=l2)
     return results if per_seed else summarise(results)

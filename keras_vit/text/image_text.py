@@ -93,7 +93,7 @@ class ImageTextModel:
     def _load(cls, folder):
         saved = read_json(os.path.join(folder, SAVED))
         models = [keras.saving.load_model(os.path.join(folder, name)) for name in (IMAGE_MODEL, TEXT_MODEL)]
-        tokenizer = tokenizer_from_folder(folder, saved["tokenizer_family"], saved["context"])
+        tokenizer = tokenizer_from_folder(folder, saved["tokenizer_family"], saved["context"], clean=saved.get("clean"))
         processing = image_processing.ImageProcessing(**{
             k: tuple(v) if isinstance(v, list) else v for k, v in saved["processing"].items()})
         return cls(*models, tokenizer, processing, saved["family"], saved["logit_scale"], saved["logit_bias"])
@@ -114,6 +114,7 @@ class ImageTextModel:
                     shutil.copyfile(source, os.path.join(tmp, name))
             saved = dict(family=self.family, logit_scale=self.logit_scale, logit_bias=self.logit_bias,
                          tokenizer_family=self.tokenizer.family, context=self.tokenizer.context,
+                         clean=self.tokenizer.clean_rule,
                          processing=self.processing.to_dict())
             with open(os.path.join(tmp, SAVED), "w", encoding="utf-8") as handle:
                 json.dump(saved, handle, indent=1)

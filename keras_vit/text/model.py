@@ -38,7 +38,9 @@ def text_from_checkpoint(path):
     tower = read_text_tower(path)
     model = text_transformer(tower.config)
     assign(model, keras_weights(tower), path)
-    return model, tokenizer_from_folder(path, tower.config.family, tower.config.context, tower.config.vocab_size), tower
+    tokenizer = tower.tokenizer or tokenizer_from_folder(path, tower.config.family, tower.config.context,
+                                                         tower.config.vocab_size)
+    return model, tokenizer, tower
 
 
 def is_text_model(model):

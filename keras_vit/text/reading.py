@@ -26,7 +26,8 @@ LAYER = "encoder.layers.{i}."
 class TextTower:
     """A folder's text tower: its `TextConfig`, its tensors under transformers' names without
     the `text_model.` prefix (as NumPy arrays on first use), and the pair's `logit_scale` /
-    `logit_bias` (None where the folder has none)."""
+    `logit_bias` (None where the folder has none); `tokenizer`: the one its reader made (OpenCLIP's),
+    else None (the family's, from the folder's files)."""
 
     path: str
     config: object
@@ -34,6 +35,7 @@ class TextTower:
     logit_scale: object = None
     logit_bias: object = None
     has_image_tower: bool = False
+    tokenizer: object = None
 
 
 def read_text_tower(folder):
@@ -45,8 +47,9 @@ def read_text_tower(folder):
     config = raw.meta.get("config") or {}
     kind = config.get("model_type")
     if kind not in MODEL_TYPES and open_clip.is_open_clip(raw.tensors):
-        settings, tensors, scale, bias = open_clip.read(folder, raw.tensors, raw.meta)
-        return TextTower(folder, settings, tensors, scale, bias, any(k.startswith("visual.") for k in raw.tensors))
+        settings, tensors, scale, bias, tokenizer = open_clip.read(folder, raw.tensors, raw.meta)
+        return TextTower(folder, settings, tensors, scale, bias, any(k.startswith("visual.") for k in raw.tensors),
+                         tokenizer)
     if kind not in MODEL_TYPES:
         raise ValueError(f"{folder}: config.json's model_type is {kind!r}, which has no text tower keras_vit reads "
                          f"(expected one of {', '.join(MODEL_TYPES)}); for an image tower alone use "

@@ -432,7 +432,7 @@ NOT_ARCHITECTURE = ("input_size", "preprocessing", "include_top", "pooling")
 # `keras_vit.config.vit_config.ViTConfig`: a field here has its help, accepted values and check, and defaults to None
 # (not set: the variant's, or the weights' own when fine-tuning).
 MODEL_OPTIONS = ("qk_norm", "norm", "qkv_bias", "proj_bias", "mlp_bias", "key_bias", "mlp", "layer_scale_init",
-                 "patch_drop_rate", "patch_norm", "position_embedding", "sincos_form")
+                 "patch_drop_rate", "patch_norm", "position_embedding", "sincos_form", "preprocessing")
 
 
 def _model_option(declared, kind):

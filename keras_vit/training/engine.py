@@ -30,6 +30,7 @@ from keras_vit.utils.files import one_line_errors, regular_file, write_json, wri
 from keras_vit.data import naflex as naflex_pipeline, pipeline
 from keras_vit.data.sources import load_source
 from keras_vit.lora import adapter as lora
+from keras_vit.preprocessing import DEFAULT as DEFAULT_PREPROCESSING, name_of as preprocessing_name
 from keras_vit.training import checkpointing, ema, fewshot_callback, layer_decay, optim, precision
 from keras_vit.training.parallel import distribution, hosts, run_agreement
 from keras_vit.training.config import MODEL as MODEL_GROUP
@@ -53,7 +54,7 @@ class Setup:
     compile: dict  # `loss` and `metrics` (or `weighted_metrics`) of `train_model.compile`
     one_hot: bool = False  # labels as one-hot vectors (label smoothing, MixUp / CutMix)
     # `train_model`'s step takes uint8 training batches and scales (and mixes) them itself
-    # (`on_step.TrainingModel`); False: the host scales them to [-1, 1]
+    # (`on_step.TrainingModel`); False: the host scales them (the model's preprocessing)
     on_step: bool = False
     # `(dataset, salt, start_step) -> dataset` applied to the training (salt 0) and validation
     # (salt 1) batches, e.g. corrupting patches; None: the labelled batches as they are.
@@ -67,6 +68,7 @@ class Task:
     command = "train"  # the function and `keras-vit` command that runs it
     default_recipe = "digits"
     resume_fields = ()  # config fields a resumed run must share, beyond `FINGERPRINT`
+    own_scaling = False  # its pipelines scale images by the model's preprocessing (else to [-1, 1])
 
     def setup(self, config, source, augmentation):
         """The `Setup` of the run: models, loss and metrics, label format, batch transform."""
@@ -95,7 +97,7 @@ class Task:
         (`keras_vit.data.pipeline`'s labelled images)."""
         val_ds = pipeline.eval_dataset(
             source, config.image_size, batch, one_hot=setup.one_hot, crop_fraction=config.eval_crop,
-            pad_to_multiple=plan.pad_multiple, part=plan.part, on_corrupt=config.on_corrupt,
+            pad_to_multiple=plan.pad_multiple, part=plan.part, on_corrupt=config.on_corrupt, preprocessing=preprocessing_name(setup.model),
         )
 
         def train_batches(start_step):
@@ -103,6 +105,7 @@ class Task:
                 source, augmentation, batch, one_hot=setup.one_hot, seed=config.seed, start=start_step * batch,
                 shuffle_buffer=config.shuffle_buffer, shard=plan.shard, part=plan.part,
                 deterministic=config.deterministic, on_corrupt=config.on_corrupt, on_step=setup.on_step,
+                preprocessing=preprocessing_name(setup.model),
             )
 
         return val_ds, train_batches
@@ -168,11 +171,16 @@ def _weights_and_own(config):
     return ckpt, {name: own[name] for name in WEIGHTS_OWN}
 
 
-def build_vit(config, **head):
+def build_vit(config, own_scaling=False, **head):
     """The ViT `config` describes (architecture, input size, regularisation, weights, remat),
     with the builder arguments of its `head` (`include_top`, `pooling`, `classes`, ...): a named
-    model's builder (its family's options), or `VisionTransformer` for model 'custom'."""
+    model's builder (its family's options), or `VisionTransformer` for model 'custom'.
+    `own_scaling`: the run's pipelines scale images by the model's preprocessing (`config.preprocessing`,
+    None: the weights' own, e.g. CLIP's mean / std); else by [-1, 1] ("vit", `check_scaling`)."""
     size = config.image_size
+    options = config.model_options()
+    if not own_scaling:
+        options["preprocessing"] = DEFAULT_PREPROCESSING
     weights, own = _weights_and_own(config)
     if not head.get("include_top", True):
         own.pop("unit_features", None)
@@ -188,11 +196,19 @@ def build_vit(config, **head):
         seed=config.seed,
         remat=config.remat,
         name=f"vit_{config.recipe}",
-        preprocessing="vit",  # the input pipeline scales to [-1, 1], whatever the weights' own scaling
         **({"naflex": True} if config.naflex_seq_lens else {}),
-        **config.model_options(),
+        **options,
         **head,
     )
+
+
+def check_scaling(task, config):
+    """Raises ValueError (one line) for a `config.preprocessing` other than [-1, 1] in a run whose
+    pipelines scale to [-1, 1] (`Task.own_scaling` False: pre-training, dense prediction)."""
+    if not task.own_scaling and config.preprocessing not in (None, DEFAULT_PREPROCESSING):
+        raise ValueError(f"preprocessing={config.preprocessing!r}: keras-vit {task.command} scales its images to "
+                         f"[-1, 1] (preprocessing='{DEFAULT_PREPROCESSING}'); a checkpoint's own mean / std is taken "
+                         "by keras-vit train.")
 
 
 def resolve_config(task, config, overrides):
@@ -227,6 +243,7 @@ def run(task, config=None, *, data=None, callbacks=(), resume=True, overwrite_ou
         # arrays given in Python: not the recipe's data, so not the run folder `keras-vit train` resumes
         config = config.replace(output_dir=os.path.join("runs", f"{config.recipe}-arrays"))
     check_monitor(task, config)
+    check_scaling(task, config)
     run_folder.check_owned(config.run_dir, overwrite_output_dir)
     started = time.time()
     plan = distribution.plan(config.strategy, config.model_parallel_size, config.host_timeout)
@@ -251,6 +268,8 @@ def _run(task, config, plan, policy, data, extra_callbacks, resume, started):
     source, batch, steps_per_epoch, _, total = load_and_plan(task, config, plan, data)
     augmentation = make_augmentation(config)
     setup = task.setup(config, source, augmentation)
+    if config.preprocessing is None:  # recorded (config.json) as the model scales its images
+        config = config.replace(preprocessing=preprocessing_name(setup.model))
     lora.apply_config(config, setup.model)  # LoRA or the linear probe: what stays trainable
     train_model = setup.train_model
     decayed = setup.model if setup.backbone is None else setup.backbone  # whose blocks layer_decay scales
@@ -326,13 +345,13 @@ def naflex_streams(config, plan, source, augmentation, batch, setup):
     seq_lens = config.naflex_seq_lens
     pack = naflex_pipeline.packed if config.naflex_pack else (lambda batches: batches)
     val_ds = pack(naflex_pipeline.eval_dataset(source, batch, patch, max(seq_lens), one_hot=setup.one_hot,
-                                               on_corrupt=config.on_corrupt))
+                                               on_corrupt=config.on_corrupt, preprocessing=preprocessing_name(setup.model)))
 
     def train_stream(start_step):
         return plan.feed(pack(naflex_pipeline.train_dataset(
             source, augmentation, batch, patch, seq_lens=seq_lens, one_hot=setup.one_hot, seed=config.seed,
             start_batch=start_step, shuffle_buffer=config.shuffle_buffer, shard=plan.shard,
-            deterministic=config.deterministic, on_corrupt=config.on_corrupt,
+            deterministic=config.deterministic, on_corrupt=config.on_corrupt, preprocessing=preprocessing_name(setup.model),
         )))
 
     return val_ds, train_stream

@@ -12,6 +12,7 @@ from keras_vit import run_folder
 from keras_vit.evaluation.fewshot import (
     L2, SEEDS, SHOTS, check_shots, fewshot_accuracy, image_size_of, representation_model, source_features, summarise,
 )
+from keras_vit.preprocessing import name_of
 from keras_vit.utils.files import append_text
 from keras_vit.training import ema
 
@@ -44,7 +45,8 @@ class FewShotCallback(keras.callbacks.Callback):
         if self._representation is None:
             self._representation = representation_model(self.network, self.layer)
         with ema.averaged(self.model):  # the weight average, if the run keeps one
-            arrays = source_features(self._representation, self.source, self.image_size, self.batch_size)
+            arrays = source_features(self._representation, self.source, self.image_size, self.batch_size,
+                                     preprocessing=name_of(self.network))
         smallest = int(np.bincount(arrays[1]).min())  # the shot counts the data has images for
         shots = [k for k in self.shots if k <= smallest] or [smallest]
         self.latest = summarise(fewshot_accuracy(*arrays, shots=shots, seeds=self.seeds, l2=self.l2))

@@ -15,6 +15,7 @@ from keras_vit.model.packed import packed_model
 from keras_vit.utils.torch_compile import compile_once
 from keras_vit.training import engine, on_step
 from keras_vit.model.logits import logits_output
+from keras_vit.preprocessing import name_of, preprocessing
 
 
 @dataclasses.dataclass
@@ -46,7 +47,8 @@ def is_naflex(model):
 def build_model(config, num_classes):
     """The ViT of `config` with a `num_classes` head (softmax output), pretrained if `weights`."""
     return engine.build_vit(
-        config, include_top=True, pooling=config.head_pooling, classes=num_classes, classifier_activation="softmax",
+        config, own_scaling=True, include_top=True, pooling=config.head_pooling, classes=num_classes,
+        classifier_activation="softmax",
         representation_size=config.representation_size,
     )
 
@@ -72,6 +74,8 @@ def loss_and_metrics(num_classes, one_hot, from_logits, label_smoothing, loss="c
 class Classification(engine.Task):
     """Supervised classification of the data's classes, by `model` or the config's ViT."""
 
+    own_scaling = True
+
     def __init__(self, model=None):
         self.model = model
 
@@ -96,7 +100,9 @@ class Classification(engine.Task):
             train_model = compile_once(train_model)
             return engine.Setup(model, train_model, compiled, one_hot=one_hot)
         # the same layers, with a step that scales and mixes the host's uint8 batches
-        train_model = compile_once(on_step.TrainingModel(model.inputs, logits, name=f"{model.name}_logits"))
+        train_model = on_step.TrainingModel(model.inputs, logits, name=f"{model.name}_logits")
+        train_model.scaling = preprocessing(name_of(model))
+        train_model = compile_once(train_model)
         # weighted: the padding of evaluation batches (weight 0) is not counted
         return engine.Setup(model, train_model, compiled, one_hot=one_hot, on_step=True)
 

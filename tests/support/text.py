@@ -253,3 +253,147 @@ def open_clip_folder(folder, kind="safetensors", seed=0):
     with open(os.path.join(folder, "open_clip_config.json"), "w", encoding="utf-8") as handle:
         json.dump(config, handle)
     return model
+
+
+def write_t5_tokenizer(folder):
+    """SigLIP's vocabulary as the hub's OpenCLIP copies ship it (`T5Tokenizer` files): the
+    `write_spiece` pieces as a Unigram `tokenizer.json` appending `</s>`, padded with `</s>`; its size."""
+    import sentencepiece
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    write_spiece(folder)
+    spiece = os.path.join(folder, "spiece.model")
+    pieces = sentencepiece.SentencePieceProcessor(model_file=spiece)
+    fast = Tokenizer(models.Unigram([(pieces.id_to_piece(i), pieces.get_score(i)) for i in range(pieces.get_piece_size())],
+                                    unk_id=2))
+    fast.normalizer = normalizers.NFKC()
+    fast.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                  pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
+    fast.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    for name in os.listdir(folder):
+        os.remove(os.path.join(folder, name))
+    fast.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as handle:
+        json.dump({"tokenizer_class": "T5Tokenizer", "eos_token": "</s>", "pad_token": "</s>", "unk_token": "<unk>",
+                   "extra_ids": 0, "legacy": False}, handle)
+    return fast.get_vocab_size()
+
+
+def _timm_siglip_trunk(sd, depth, width):
+    """transformers' SigLIP image tower as a timm `vit_*_siglip_*` state dict (MAP head `attn_pool`)."""
+    v = "vision_model."
+    in_w, in_b = sd[v + "head.attention.in_proj_weight"], sd[v + "head.attention.in_proj_bias"]
+    out = {"patch_embed.proj.weight": sd[v + "embeddings.patch_embedding.weight"],
+           "patch_embed.proj.bias": sd[v + "embeddings.patch_embedding.bias"],
+           "pos_embed": sd[v + "embeddings.position_embedding.weight"][None],
+           "norm.weight": sd[v + "post_layernorm.weight"], "norm.bias": sd[v + "post_layernorm.bias"],
+           "attn_pool.latent": sd[v + "head.probe"], "attn_pool.q.weight": in_w[:width], "attn_pool.q.bias": in_b[:width],
+           "attn_pool.kv.weight": in_w[width:], "attn_pool.kv.bias": in_b[width:],
+           "attn_pool.proj.weight": sd[v + "head.attention.out_proj.weight"],
+           "attn_pool.proj.bias": sd[v + "head.attention.out_proj.bias"],
+           "attn_pool.norm.weight": sd[v + "head.layernorm.weight"], "attn_pool.norm.bias": sd[v + "head.layernorm.bias"]}
+    out.update({f"attn_pool.mlp.{n}.{p}": sd[v + f"head.mlp.{n}.{p}"] for n in ("fc1", "fc2") for p in ("weight", "bias")})
+    for i in range(depth):
+        theirs, ours = f"{v}encoder.layers.{i}.", f"blocks.{i}."
+        for p in ("weight", "bias"):
+            out[ours + f"attn.qkv.{p}"] = np.concatenate([sd[theirs + f"self_attn.{n}_proj.{p}"] for n in "qkv"])
+            for mine, hf in (("norm1", "layer_norm1"), ("norm2", "layer_norm2"), ("attn.proj", "self_attn.out_proj"),
+                             ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")):
+                out[ours + f"{mine}.{p}"] = sd[theirs + f"{hf}.{p}"]
+    return out
+
+
+def open_clip_siglip_folder(folder, tokenizer="t5", kind="safetensors", seed=0, context=16):
+    """A random transformers `SiglipModel` rewritten as an OpenCLIP `CustomTextCLIP` hub folder
+    (`timm/ViT-B-16-SigLIP`'s layout): `visual.trunk.*` (timm's SigLIP tower, exact GELU), `text.*`
+    (no causal mask, last-token pooling, projection with bias), `logit_scale`, `logit_bias`,
+    `open_clip_config.json` and the Hugging Face tokenizer files: SigLIP's T5 ("t5", exact GELU in
+    the text tower, as OpenCLIP's config) or SigLIP 2's Gemma ("gemma", tanh GELU). Returns the
+    transformers model, the same math."""
+    import torch
+    import transformers
+
+    from keras_vit.weights.containers import write_safetensors
+
+    vocab = (write_t5_tokenizer if tokenizer == "t5" else write_gemma_tokenizer)(folder)
+    text_act = "gelu" if tokenizer == "t5" else "gelu_pytorch_tanh"
+    config = transformers.SiglipConfig(
+        text_config=dict(TOWER, vocab_size=vocab, max_position_embeddings=context, hidden_act=text_act),
+        vision_config=dict(VISION, hidden_act="gelu"))
+    model = randomize_family_model(transformers.SiglipModel(config), seed)
+    sd = {k: v.numpy() for k, v in model.state_dict().items()}
+    depth, width = TOWER["num_hidden_layers"], TOWER["hidden_size"]
+    state = {"visual.trunk." + k: v for k, v in _timm_siglip_trunk(sd, depth, width).items()}
+    t = "text_model."
+    text = {"token_embedding.weight": sd[t + "embeddings.token_embedding.weight"],
+            "positional_embedding": sd[t + "embeddings.position_embedding.weight"],
+            "ln_final.weight": sd[t + "final_layer_norm.weight"], "ln_final.bias": sd[t + "final_layer_norm.bias"],
+            "text_projection.weight": sd[t + "head.weight"], "text_projection.bias": sd[t + "head.bias"],
+            **_open_clip_blocks(sd, t, "", depth)}
+    state.update({"text." + k: v for k, v in text.items()})
+    state.update(logit_scale=sd["logit_scale"], logit_bias=sd["logit_bias"])
+    if kind == "safetensors":
+        write_safetensors(os.path.join(folder, "open_clip_model.safetensors"), state)
+    else:
+        torch.save({k: torch.from_numpy(np.ascontiguousarray(a)) for k, a in state.items()},
+                   os.path.join(folder, "open_clip_pytorch_model.bin"))
+    text_cfg = {"context_length": context, "vocab_size": vocab, "hf_tokenizer_name": "timm/ViT-B-16-SigLIP",
+                "tokenizer_kwargs": {"clean": "canonicalize"}, "width": width, "heads": TOWER["num_attention_heads"],
+                "layers": depth, "no_causal_mask": True, "proj_bias": True, "pool_type": "last",
+                "norm_kwargs": {"eps": 1e-6}, **({"act_kwargs": {"approximate": "tanh"}} if tokenizer == "gemma" else {})}
+    vision_cfg = {"image_size": IMAGE, "timm_model_name": "vit_base_patch16_siglip_224", "timm_model_pretrained": False,
+                  "timm_pool": "map", "timm_proj": "none",
+                  "timm_model_kwargs": {"embed_dim": width, "depth": depth, "num_heads": TOWER["num_attention_heads"],
+                                        "patch_size": VISION["patch_size"], "mlp_ratio": 2.0}}
+    config = {"model_cfg": {"embed_dim": width, "init_logit_bias": -10, "custom_text": True, "vision_cfg": vision_cfg,
+                            "text_cfg": text_cfg},
+              "preprocess_cfg": {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "interpolation": "bicubic",
+                                 "resize_mode": "squash", "size": IMAGE}}
+    with open(os.path.join(folder, "open_clip_config.json"), "w", encoding="utf-8") as handle:
+        json.dump(config, handle)
+    return model
+
+
+def write_xlmv_tokenizer(folder):
+    """MetaCLIP 2's XLM-V tokenizer as its checkpoints ship it: a Unigram `tokenizer.json` (XLM-R
+    layout: `<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3; `<s> text </s>`) and an `XLMRobertaTokenizer`
+    `tokenizer_config.json`, over SentencePiece pieces trained on `SENTENCES`; its size."""
+    import sentencepiece
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    os.makedirs(folder, exist_ok=True)
+    prefix = os.path.join(folder, "xlmv")
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(SENTENCES), model_prefix=prefix, vocab_size=80, hard_vocab_limit=False, bos_id=0,
+        pad_id=1, eos_id=2, unk_id=3, minloglevel=2)
+    pieces = sentencepiece.SentencePieceProcessor(model_file=prefix + ".model")
+    vocab = [(pieces.id_to_piece(i), pieces.get_score(i)) for i in range(pieces.get_piece_size())] + [("<mask>", 0.0)]
+    for suffix in (".model", ".vocab"):
+        os.remove(prefix + suffix)
+    fast = Tokenizer(models.Unigram(vocab, unk_id=3))
+    fast.normalizer = normalizers.NFKC()
+    fast.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    fast.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    fast.add_special_tokens(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    fast.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as handle:
+        json.dump({"tokenizer_class": "XLMRobertaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
+                   "cls_token": "<s>", "pad_token": "<pad>", "unk_token": "<unk>", "mask_token": "<mask>",
+                   "model_max_length": 77}, handle)
+    return fast.get_vocab_size()
+
+
+def metaclip2_folder(folder, seed=0):
+    """A random `MetaClip2Model` folder with the XLM-V tokenizer files (`write_xlmv_tokenizer`;
+    end-of-text id 2, where the text tower pools) and a `CLIPImageProcessor` config; the torch model."""
+    import transformers
+
+    vocab = write_xlmv_tokenizer(folder)
+    text = dict(TOWER, vocab_size=vocab, max_position_embeddings=77, bos_token_id=0, eos_token_id=2, pad_token_id=1,
+                projection_dim=24)
+    config = transformers.MetaClip2Config(text_config=text, vision_config=VISION, projection_dim=24)
+    model = randomize_family_model(transformers.MetaClip2Model(config), seed)
+    model.save_pretrained(folder)
+    transformers.CLIPImageProcessor(size={"shortest_edge": IMAGE}, crop_size={"height": IMAGE, "width": IMAGE}
+                                    ).save_pretrained(folder)
+    return model

@@ -11,8 +11,8 @@ import pytest
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.text import names
-from keras_vit.weights.download import DownloadError
-from tests.support.text import siglip_folder
+from keras_vit.weights.download import DownloadError, sha256_of
+from tests.support.text import open_clip_siglip_folder, siglip_folder
 
 huggingface_hub = pytest.importorskip("huggingface_hub")
 pytest.importorskip("transformers")
@@ -93,3 +93,44 @@ def test_an_open_clip_name_fetches_its_files_and_reads_a_folder_put_by_hand(monk
     assert "open_clip_pytorch_model.bin" not in calls[0]["allow_patterns"]
     timm_clip_folder(names.local_folder(name), np.random.default_rng(0), "pe")
     assert keras_vit.ImageTextModel.from_checkpoint(name).encode_text(TEXTS).shape == (2, 24)
+
+
+@pytest.mark.backend_independent
+def test_pinned_files_are_checked_and_weights_recorded(folder, monkeypatch, tmp_path):
+    """A wrong sha256 pin is refused in one line; the right one reads, and the weights' check is
+    recorded, so a weights file changed afterwards is refused until fetched again."""
+    path, expected = folder
+    snapshot = str(tmp_path / "snapshot")
+    shutil.copytree(path, snapshot)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda **kwargs: snapshot)
+    weights = os.path.join(snapshot, "model.safetensors")
+    monkeypatch.setitem(names.SHA256, NAME, {"model.safetensors": "0" * 64})
+    with pytest.raises(ValueError, match=r"model.safetensors: sha256 [0-9a-f]{64} does not match the expected 0{64}") \
+            as error:
+        keras_vit.ImageTextModel.from_checkpoint(NAME)
+    assert "\n" not in str(error.value) and "force_download=True" in str(error.value)
+    monkeypatch.setitem(names.SHA256, NAME, {"model.safetensors": sha256_of(weights), "config.json": "1" * 64})
+    with pytest.raises(ValueError, match=r"config.json: sha256 .* does not match the expected 1{64}"):
+        keras_vit.ImageTextModel.from_checkpoint(NAME)
+    monkeypatch.setitem(names.SHA256, NAME, {"model.safetensors": sha256_of(weights)})
+    np.testing.assert_array_equal(keras_vit.ImageTextModel.from_checkpoint(NAME).encode_text(TEXTS), expected)
+    assert os.path.isfile(os.path.join(names.local_folder(NAME), "model.safetensors.sha256.json"))
+    with open(weights, "ab") as handle:  # the cached copy changes after its check
+        handle.write(b" ")
+    with pytest.raises(ValueError, match="is not the file checked when it was first downloaded"):
+        names.fetch(NAME)
+
+
+@pytest.mark.backend_independent
+def test_an_open_clip_siglip_name_reads_its_snapshot(monkeypatch, tmp_path):
+    """OpenCLIP's hub copies (`timm/ViT-B-16-SigLIP`): its OpenCLIP files asked for, read, recorded."""
+    folder = str(tmp_path / "open_clip")
+    open_clip_siglip_folder(folder)
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda **kwargs: calls.append(kwargs) or folder)
+    model = keras_vit.ImageTextModel.from_checkpoint("timm/ViT-B-16-SigLIP")
+    np.testing.assert_array_equal(model.tokenizer(TEXTS), keras_vit.ImageTextModel.from_checkpoint(folder).tokenizer(TEXTS))
+    assert model.family == "siglip" and names.NAMES["timm/ViT-B-16-SigLIP"] == "apache-2.0"
+    assert {"open_clip_config.json", "open_clip_model.safetensors", "tokenizer.json"} <= set(calls[0]["allow_patterns"])
+    record = os.path.join(names.local_folder("timm/ViT-B-16-SigLIP"), "open_clip_model.safetensors.sha256.json")
+    assert os.path.isfile(record)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from tests.support.text import IMAGE, clip_folder, open_clip_folder
+from tests.support.text import IMAGE, clip_folder, metaclip2_folder, open_clip_folder
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -64,7 +64,7 @@ def test_bad_open_clip_folders_are_refused_in_one_line(open_clip, tmp_path):
     config["model_cfg"]["text_cfg"]["hf_model_name"] = "xlm-roberta-base"
     with open(os.path.join(edited, "open_clip_config.json"), "w", encoding="utf-8") as handle:
         json.dump(config, handle)
-    with pytest.raises(ValueError, match=r"hf_model_name.*keras_vit reads OpenCLIP's CLIP text transformer") as error:
+    with pytest.raises(ValueError, match=r"hf_model_name.*keras_vit reads OpenCLIP's text transformer") as error:
         keras_vit.ImageTextModel.from_checkpoint(edited)
     assert "\n" not in str(error.value)
     layers = config["model_cfg"]["text_cfg"]["layers"]
@@ -102,3 +102,22 @@ def test_metaclip2_matches_transformers(tmp_path, eos_token_id):
         image = model.get_image_features(pixel_values=pixels)
     np.testing.assert_allclose(ours.encode_image(images), getattr(image, "pooler_output", image).numpy(),
                                atol=TOLERANCE, rtol=0)
+
+
+def test_metaclip2_with_its_xlmv_tokenizer_matches_transformers(tmp_path):
+    """MetaCLIP 2's own tokenizer files (XLM-V: a Unigram `tokenizer.json`, `<s> ... </s>` padded
+    with `<pad>`, end-of-text id 2): the ids, text features and probabilities of transformers'."""
+    folder = str(tmp_path)
+    model = metaclip2_folder(folder)
+    ids = transformers.AutoTokenizer.from_pretrained(folder)(LABELS, padding="max_length", max_length=77,
+                                                             truncation=True, return_tensors="pt")["input_ids"]
+    images = np.random.default_rng(0).integers(0, 256, (2, IMAGE, IMAGE, 3), dtype=np.uint8)
+    pixels = transformers.CLIPImageProcessor.from_pretrained(folder)(list(images), return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        text = model.get_text_features(input_ids=ids)
+        probabilities = model(input_ids=ids, pixel_values=pixels).logits_per_image.softmax(-1).numpy()
+    ours = keras_vit.ImageTextModel.from_checkpoint(folder)
+    np.testing.assert_array_equal(ours.tokenizer(LABELS), ids.numpy())
+    np.testing.assert_allclose(ours.encode_text(LABELS), getattr(text, "pooler_output", text).numpy(), atol=TOLERANCE,
+                               rtol=0)
+    np.testing.assert_allclose(ours.zero_shot(images, LABELS), probabilities, atol=TOLERANCE, rtol=0)

@@ -51,6 +51,7 @@ OTHER = {
     "mlp": {"mlp": "swiglu"},
     "patch_norm": {"patch_norm": True},
     "sincos_form": {"sincos_form": "mae", "position_embedding": "sincos2d"},
+    "preprocessing": {"preprocessing": "clip"},
     "head": {"head": "dpt"},
     "freeze_backbone": {"freeze_backbone": True, "task": "segmentation"},
 }

@@ -9,8 +9,8 @@ imports Keras.
 import os
 
 from keras_vit.weights.formats import (
-    dinov3, eomt, eva, hf_aimv2, hf_clip, hf_families, keras, kerashub, kerashub_families, open_clip, original, pe,
-    rope_vit, timm)
+    dinov3, eomt, eva, hf_aimv2, hf_clip, hf_families, keras, kerashub, kerashub_families, open_clip, open_clip_timm,
+    original, pe, rope_vit, timm)
 
 FORMATS = [
     original.FORMAT,
@@ -19,6 +19,7 @@ FORMATS = [
     eva.FORMAT,
     pe.FORMAT,
     open_clip.FORMAT,
+    open_clip_timm.FORMAT,
     timm.FORMAT,
     hf_aimv2.FORMAT,
     eomt.FORMAT,

@@ -50,6 +50,12 @@ def _layer_config(config, class_name):
     return next((layer["config"] for layer in layers if layer.get("class_name") == class_name), {})
 
 
+def _preprocessing(config):
+    """The scaling the saved model records (`model.preprocessing`), None where it records none."""
+    found = config.get("config", {}).get("preprocessing") if isinstance(config, dict) else None
+    return found if isinstance(found, str) else None
+
+
 def _grid(config):
     """The patch grid of the model's fixed input size or NaFlex position table, or None (any
     size, a stem)."""
@@ -88,6 +94,7 @@ def metadata(raw, tensors):
         pooling=_layer_config(raw.meta.get("config"), "TokenPooling").get("mode"),
         interpolation=_layer_config(raw.meta.get("config"), "PositionEmbedding").get("interpolation"),
         sincos_form=_layer_config(raw.meta.get("config"), "SinCosPositionEmbedding").get("form"),
+        preprocessing=_preprocessing(raw.meta.get("config")),
     )
 
 
