@@ -36,8 +36,15 @@ from keras_vit.training import on_step
 def load_teacher(source):
     """The teacher model of `source`: a run folder (its `best.keras`, else `final.keras`), a
     `.keras` file, or what `keras_vit.from_checkpoint` reads or names; refused in one line
-    (FileNotFoundError, ValueError) when there is nothing there or it is not a model."""
-    source = os.fspath(source)
+    (FileNotFoundError, ValueError) when there is nothing there or it is not a model. Its
+    variables' paths start with `teacher/`: a student's are never the same (PyTorch's module
+    keeps one parameter per path; a student parameter shadowed by the teacher's would keep its
+    gradient from step to step)."""
+    with keras.name_scope("teacher"):
+        return _load(os.fspath(source))
+
+
+def _load(source):
     if os.path.isdir(source) and os.path.lexists(run_folder.path(source, run_folder.CONFIG)):
         saved = [run_folder.path(source, name) for name in (run_folder.BEST, run_folder.FINAL)]
         found = [path for path in saved if os.path.isfile(path)]
