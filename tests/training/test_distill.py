@@ -202,3 +202,17 @@ def test_a_teacher_that_does_not_fit_is_refused_before_anything_is_written(saved
            "token"], capsys, "use distill=soft or hard")
     fails([*base, "--teacher", saved.tokens, "--distill", "feature"], capsys, "needs the teacher's pooled feature")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_teacher_computes_in_the_run_precision(saved):
+    config = recipe("digits", teacher=saved.teacher, distill="soft")
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = distilling_model(keras.saving.load_model(saved.student), load_teacher(saved.teacher), config, 10)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    teacher = model.get_layer("teacher")
+    assert teacher.get_layer("encoder").compute_dtype == "bfloat16" and not teacher.trainable_weights
+    assert all(v.dtype == "float32" and v.path.startswith("teacher/") for v in teacher.weights)
+    assert model.outputs[0].dtype == "float32"
