@@ -93,7 +93,7 @@ def pooled_feature(model, who):
     names = [layer.name for layer in model.layers]
     if "head" in names:
         return model.get_layer("head").input
-    if "head" not in names and len(model.outputs[0].shape) == 2 and not ends_with_softmax(model):
+    if len(model.outputs[0].shape) == 2 and not ends_with_softmax(model):
         return model.outputs[0]
     raise ValueError(f"distill=feature needs the {who}'s pooled feature (what a classification head reads); "
                      f"{model.name} has no head layer and outputs {tuple(model.outputs[0].shape)}.")
