@@ -40,8 +40,12 @@ def load_teacher(source):
     variables' paths start with `teacher/`: a student's are never the same (PyTorch's module
     keeps one parameter per path; a student parameter shadowed by the teacher's would keep its
     gradient from step to step)."""
-    with keras.name_scope("teacher"):
-        return _load(os.fspath(source))
+    model = _load(os.fspath(source))
+    with keras.name_scope("teacher"):  # (after loading: checkpoint readers match the variables by path)
+        teacher = keras.models.clone_model(model)
+    teacher.set_weights(model.get_weights())
+    teacher.preprocessing = getattr(model, "preprocessing", None)
+    return teacher
 
 
 def _load(source):

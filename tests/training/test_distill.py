@@ -216,3 +216,18 @@ def test_the_teacher_computes_in_the_run_precision(saved):
     assert teacher.get_layer("encoder").compute_dtype == "bfloat16" and not teacher.trainable_weights
     assert all(v.dtype == "float32" and v.path.startswith("teacher/") for v in teacher.weights)
     assert model.outputs[0].dtype == "float32"
+
+
+def test_a_checkpoint_file_is_a_teacher(saved, tmp_path):
+    """An original-format ViT `.npz` (read by `from_checkpoint`) at 16 px teaches a 32 px student."""
+    from tests.support.checkpoints import original_npz_params
+
+    path = str(tmp_path / "teacher.npz")
+    np.savez(path, **original_npz_params(np.random.default_rng(0), patch_size=4, depth=1, classes=10))
+    config = recipe("digits", teacher=path, distill="soft")
+    model = distilling_model(keras.saving.load_model(saved.student), load_teacher(path), config, 10)
+    x = np.random.default_rng(2).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    taught = np.asarray(keras.ops.convert_to_numpy(model(x)))[:, 20:]
+    halved = x.reshape(2, 16, 2, 16, 2, 3).mean((2, 4))  # its [-1, 1] scaling, at its 16 px
+    want = keras_vit.from_checkpoint(path).predict(halved, verbose=0)
+    np.testing.assert_allclose(np.exp(_softmax_log(taught.astype(np.float64))), want, rtol=1e-4, atol=1e-6)
