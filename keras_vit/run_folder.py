@@ -157,7 +157,9 @@ def locked(run_dir):
     """Holds `run_dir`'s lock for the block: created exclusively (a link to a complete file),
     holding this process's id and host and keras_vit's mark; a stale lock (its process dead) is
     taken over; a live one raises `RunInProgress`; a `run.lock` without the mark (a user's file
-    or folder) is left as it is and refused (`NotARunFolder`)."""
+    or folder) is left as it is and refused (`NotARunFolder`). A folder the lock made is removed
+    again if the block left it empty (a run refused before it wrote anything)."""
+    made = not os.path.lexists(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     lock = path(run_dir, LOCK)
     mine = signed({"pid": os.getpid(), "host": socket.gethostname()})
@@ -192,6 +194,8 @@ def locked(run_dir):
     finally:
         if _owner(lock) == (mine["pid"], mine["host"]):
             os.remove(lock)
+        if made and not os.listdir(run_dir):
+            os.rmdir(run_dir)
 
 
 def _take_away(lock, owner):

@@ -74,6 +74,7 @@ QUICK = (
     "tests/training/test_engine.py::test_pretrain_logged_to_a_file_writes_one_line_per_epoch",
     "tests/training/test_layer_decay.py::test_sgd_step_is_scaled_per_block",
     "tests/training/test_fewshot.py::test_ridge_classifier_matches_scikit_learn",
+    "tests/training/test_distill.py::test_bad_options_are_refused_in_one_line",
     "tests/training/test_lora.py::test_a_file_that_is_not_a_lora_file_is_refused_in_one_line",
     "tests/training/test_run_folder.py::test_a_model_file_that_is_a_fifo_is_refused_without_blocking",
     "tests/training/test_resume_fingerprint.py::test_every_model_option_is_in_the_fingerprint_by_construction",

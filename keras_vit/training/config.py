@@ -33,14 +33,16 @@ STRATEGIES = {
 MASK_TARGETS = ("color", "pixels")
 TASKS = ("classification", "segmentation", "depth")
 DENSE_HEADS = ("linear", "dpt", "eomt")
+DISTILL_MODES = ("soft", "hard", "feature")
+FEATURE_LOSSES = ("mse", "cosine")
 # Bounds of the batch size and the step and epoch counts: beyond them TensorFlow's int32 / int64
 # counters overflow; no real run comes near (2**20 images a step, 10**9 steps or epochs).
 MAX_BATCH = 2**20
 MAX_STEPS = 10**9
 IMAGE_SIDES = f"[1, {math.isqrt(MAX_PIXELS)}]"  # a square image within `keras_vit.utils.limits`
 
-DATA, MODEL, OPTIMISATION, PRETRAIN, SYSTEM, OUTPUTS = (
-    "data", "model", "optimisation", "masked patch prediction (pretrain)", "system", "outputs"
+DATA, MODEL, DISTILLATION, OPTIMISATION, PRETRAIN, SYSTEM, OUTPUTS = (
+    "data", "model", "distillation", "optimisation", "masked patch prediction (pretrain)", "system", "outputs"
 )
 
 
@@ -207,6 +209,24 @@ class _TrainFields:
         False, "recompute encoder block activations in the backward pass (less memory, ~1/3 more compute)",
         group=MODEL)
 
+    teacher: Optional[str] = option(
+        None, "a frozen teacher (inference mode, the run's precision): a run folder, a .keras file, or a checkpoint "
+        "path or name keras_vit.from_checkpoint reads; it sees each augmented image resized and scaled as its own "
+        "preprocessing wants (needs distill)", group=DISTILLATION, metavar="RUN|FILE|NAME")
+    distill: Optional[str] = option(
+        None, "soft (KL of the temperature-scaled logits times T^2), hard (DeiT: the teacher's class as a second "
+        "target) or feature (a learned projection of the student's pooled feature against the teacher's); a "
+        "student with distillation_token trains its distillation head on the teacher (needs teacher)",
+        group=DISTILLATION, choices=DISTILL_MODES)
+    distill_temperature: float = option(
+        1.0, "soft distillation: the softmax temperature T", group=DISTILLATION, interval="(0, inf)")
+    distill_alpha: float = option(
+        0.5, "the loss is (1 - alpha) * label loss + alpha * distillation loss", group=DISTILLATION,
+        interval="[0, 1]")
+    distill_feature_loss: str = option(
+        "mse", "feature distillation: mse or cosine (1 - cosine similarity) of the projected student feature and "
+        "the teacher's", group=DISTILLATION, choices=FEATURE_LOSSES)
+
     batch_size: int = option(
         512, "global batch size of one optimizer step (all replicas, all accumulated micro-batches)",
         group=OPTIMISATION, interval=f"[1, {MAX_BATCH}]")
@@ -309,6 +329,10 @@ class _TrainFields:
         if self.tensorboard and self.output_dir and not _is_utf8(self.output_dir):
             raise ValueError(f"output_dir={self.output_dir!r} is not UTF-8 text, which TensorBoard's writer needs; "
                              "choose another folder name, or set tensorboard=false.")
+        if (self.teacher is None) != (self.distill is None):
+            given, missing = ("teacher", "distill soft|hard|feature") if self.distill is None else ("distill", "teacher PATH")
+            raise ValueError(f"{given} needs {missing}: distillation takes a teacher and a mode (distill=soft, hard "
+                             "or feature, teacher=a run folder, .keras file or checkpoint).")
         if self.naflex_seq_lens:
             self._check_naflex()
         elif self.naflex_pack:
@@ -329,7 +353,7 @@ class _TrainFields:
                        "crop=simple": self.crop == "simple", "three_augment": self.three_augment,
                        "color_jitter": self.color_jitter, "random_erasing": self.random_erasing,
                        "repeated_augment": self.repeated_augment > 1,
-                       "fewshot_every": self.fewshot_every}
+                       "fewshot_every": self.fewshot_every, "teacher": self.teacher}
         given = [name for name, value in unsupported.items() if value]
         if given:
             raise ValueError(f"naflex_seq_lens trains a NaFlex model, which takes no {', '.join(given)}: set "
@@ -352,7 +376,8 @@ class _TrainFields:
         unsupported = {"mixup": self.mixup, "cutmix": self.cutmix, "randaugment_ops": self.randaugment_ops,
                        "naflex_seq_lens": self.naflex_seq_lens,
                        "fewshot_every": self.fewshot_every, "lora_rank": self.lora_rank,
-                       "linear_probe": self.linear_probe, "representation_size": self.representation_size}
+                       "linear_probe": self.linear_probe, "representation_size": self.representation_size,
+                       "teacher": self.teacher}
         if self.head == "eomt" and (self.task != "segmentation" or self.freeze_backbone):
             raise ValueError("head=eomt segments (task=segmentation) with the queries it joins to the ViT's last "
                              "blocks, which train with it: freeze_backbone=true is not its option.")
@@ -431,8 +456,9 @@ NOT_ARCHITECTURE = ("input_size", "preprocessing", "include_top", "pooling")
 # The builder options a run may set (`--qk-norm true`, `--set norm=rmsnorm`), each declared once in
 # `keras_vit.config.vit_config.ViTConfig`: a field here has its help, accepted values and check, and defaults to None
 # (not set: the variant's, or the weights' own when fine-tuning).
-MODEL_OPTIONS = ("qk_norm", "norm", "qkv_bias", "proj_bias", "mlp_bias", "key_bias", "mlp", "layer_scale_init",
-                 "patch_drop_rate", "patch_norm", "position_embedding", "sincos_form", "preprocessing")
+MODEL_OPTIONS = ("distillation_token", "qk_norm", "norm", "qkv_bias", "proj_bias", "mlp_bias", "key_bias", "mlp",
+                 "layer_scale_init", "patch_drop_rate", "patch_norm", "position_embedding", "sincos_form",
+                 "preprocessing")
 
 
 def _model_option(declared, kind):

@@ -244,6 +244,8 @@ def run(task, config=None, *, data=None, callbacks=(), resume=True, overwrite_ou
         config = config.replace(output_dir=os.path.join("runs", f"{config.recipe}-arrays"))
     check_monitor(task, config)
     check_scaling(task, config)
+    if config.teacher is not None and task.command != "train":
+        raise ValueError(f"teacher distils a classifier (keras-vit train); keras-vit {task.command} takes none.")
     run_folder.check_owned(config.run_dir, overwrite_output_dir)
     started = time.time()
     plan = distribution.plan(config.strategy, config.model_parallel_size, config.host_timeout)

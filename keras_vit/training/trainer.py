@@ -72,7 +72,10 @@ def loss_and_metrics(num_classes, one_hot, from_logits, label_smoothing, loss="c
 
 
 class Classification(engine.Task):
-    """Supervised classification of the data's classes, by `model` or the config's ViT."""
+    """Supervised classification of the data's classes, by `model` or the config's ViT (with a
+    teacher: distilled from it, `keras_vit.training.distill`)."""
+
+    resume_fields = ("teacher", "distill", "distill_temperature", "distill_alpha", "distill_feature_loss")
 
     own_scaling = True
 
@@ -94,6 +97,12 @@ class Classification(engine.Task):
         logits, from_logits = logits_output(model)
         loss, metrics = loss_and_metrics(source.num_classes, one_hot, from_logits, config.label_smoothing, config.loss)
         compiled = dict(loss=loss, weighted_metrics=metrics)
+        if config.teacher is not None:
+            from keras_vit.training import distill
+
+            teacher = distill.load_teacher(config.teacher)
+            train_model = compile_once(distill.distilling_model(model, teacher, config, source.num_classes))
+            return engine.Setup(model, train_model, compiled, one_hot=one_hot, on_step=True)
         if is_naflex(model):  # the host makes the finished NaFlex batches (`keras_vit.data.naflex`)
             train_model = (packed_model(model, logits=True) if config.naflex_pack
                            else keras.Model(model.input, logits, name=f"{model.name}_logits"))
@@ -107,7 +116,8 @@ class Classification(engine.Task):
         return engine.Setup(model, train_model, compiled, one_hot=one_hot, on_step=True)
 
     def logged(self, config):
-        return ("loss", "accuracy", "top5")
+        distilled = ("label_loss", "distill_loss") if config.teacher is not None else ()
+        return ("loss", *distilled, "accuracy", "top5")
 
     def metadata(self, config, source):
         classes = {"class_names": source.class_names, "image_size": config.image_size, "eval_crop": config.eval_crop}
@@ -127,7 +137,7 @@ class Classification(engine.Task):
             final_path=final_path,
             top1=float(results["accuracy"]),
             top5=float(results["top5"]),
-            val_loss=float(results["loss"]),
+            val_loss=float(results.get("label_loss", results["loss"])),  # distilled: the model's own loss
             best_epoch=state.best_epoch or 0,
             history=run.history,
             steps=state.step,

@@ -1,7 +1,7 @@
 """Trains a tiny ViT under distribution strategies in its own process (for tests/training/test_distributed.py).
 
-Usage: python tests/support/worker.py STRATEGY[,STRATEGY...] OUT_DIR   (KERAS_BACKEND chosen by the
-caller; torch_ddp is launched with torchrun). Writes OUT_DIR/result-<strategy>-<rank>.json with
+Usage: python tests/support/worker.py STRATEGY[,STRATEGY...] OUT_DIR [TEACHER]   (KERAS_BACKEND chosen by
+the caller; torch_ddp is launched with torchrun; TEACHER: a `.keras` file to distil from, `distill=soft`). Writes OUT_DIR/result-<strategy>-<rank>.json with
 the loss history, whether each variable's replicas are identical (and how JAX's ModelParallel
 sharded them), and OUT_DIR/weights-<strategy>-<rank>.npz with the trained weights.
 """
@@ -11,6 +11,7 @@ import os
 import sys
 
 STRATEGIES, OUT = sys.argv[1].split(","), sys.argv[2]
+DISTILL = dict(teacher=sys.argv[3], distill="soft") if len(sys.argv) > 3 else {}
 BACKEND = os.environ["KERAS_BACKEND"]
 if BACKEND == "jax":
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
@@ -45,7 +46,7 @@ def run(strategy):
         "digits", image_size=8, patch_size=2, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64,
         batch_size=32, epochs=2, learning_rate=5e-3, warmup_steps=2, tensorboard=False, verbose=0,
         val_fraction=0.25, strategy=strategy, output_dir=os.path.join(OUT, strategy),
-        jit_compile=BACKEND == "jax",
+        jit_compile=BACKEND == "jax", **DISTILL,
     )
     report = {"identical": True, "changed": 0, "replica_counts": [], "sharded": {}}
     arrays, initial = {}, {}
@@ -67,7 +68,8 @@ def run(strategy):
                     report["sharded"][variable.path] = [list(variable.shape), [list(s) for s in shapes]]
 
     result = train(config, data=data, callbacks=[Inspect()])
-    report.update(strategy=result.strategy, loss=result.history["loss"], top1=result.top1, steps=result.steps)
+    report.update(strategy=result.strategy, loss=result.history["loss"], top1=result.top1, steps=result.steps,
+                  logged=sorted(result.history))
     report["changed"] = sum(not np.allclose(arrays[p], initial[p]) for p in initial)
     np.savez(os.path.join(OUT, f"weights-{strategy}-{rank}.npz"), **{k.replace("/", "|"): v for k, v in arrays.items()})
     with open(os.path.join(OUT, f"result-{strategy}-{rank}.json"), "w") as handle:

@@ -54,6 +54,19 @@ def test_jax_data_parallel_and_model_parallel_on_two_cpu_devices(tmp_path):
     np.testing.assert_allclose(model_parallel["loss"], data_parallel["loss"], rtol=1e-4)
 
 
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX's DataParallel: runs under KERAS_BACKEND=jax")
+def test_jax_data_parallel_with_a_teacher(tmp_path):
+    import keras_vit
+
+    keras.utils.set_random_seed(0)  # a teacher of another width at twice the resolution
+    teacher = keras_vit.VisionTransformer(4, 24, 1, 2, 48, input_shape=(16, 16, 3), classes=10)
+    teacher.save(tmp_path / "teacher.keras")
+    report = _run([sys.executable, WORKER, "data_parallel", str(tmp_path), str(tmp_path / "teacher.keras")], "jax",
+                  tmp_path)["result-data_parallel-0.json"]
+    _assert_trained(report, "data_parallel", 2)
+    assert report["identical"] and {"label_loss", "distill_loss"} <= set(report["logged"])
+
+
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute.MirroredStrategy: runs under KERAS_BACKEND=tensorflow")
 def test_tensorflow_mirrored_strategy_on_two_logical_cpus(tmp_path):
     report = _run([sys.executable, WORKER, "mirrored", str(tmp_path)], "tensorflow", tmp_path)["result-mirrored-0.json"]

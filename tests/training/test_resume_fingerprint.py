@@ -46,6 +46,7 @@ OTHER = {
     "qkv_bias": {"qkv_bias": False},
     "proj_bias": {"proj_bias": False},
     "mlp_bias": {"mlp_bias": False},
+    "distillation_token": {"distillation_token": True, "pooling": "token"},
     "qk_norm": {"qk_norm": True},
     "norm": {"norm": "rmsnorm"},
     "mlp": {"mlp": "swiglu"},
