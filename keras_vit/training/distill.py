@@ -29,7 +29,7 @@ from keras import ops
 
 from keras_vit import run_folder
 from keras_vit.model.logits import ends_with_softmax
-from keras_vit.preprocessing import DEFAULT, preprocessing
+from keras_vit.preprocessing import DEFAULT, name_of, preprocessing
 from keras_vit.training import on_step
 
 
@@ -74,15 +74,17 @@ def _load(source):
 
 
 class TeacherInput(keras.layers.Layer):
-    """The student's [-1, 1] images as the teacher wants them: back to 0-255, resized to `size`
-    with the teacher's interpolation, then `(pixels - offset) / scale` of its preprocessing."""
+    """The student's images (scaled by its preprocessing, `student`) as the teacher wants them: back
+    to 0-255, resized to `size` with the teacher's interpolation, then `(pixels - offset) / scale`
+    of the teacher's preprocessing (`spec`)."""
 
-    def __init__(self, size, spec, **kwargs):
+    def __init__(self, size, spec, student, **kwargs):
         super().__init__(dtype="float32", **kwargs)
-        self.size, self.spec = tuple(size), spec
+        self.size, self.spec, self.student = tuple(size), spec, student
 
     def call(self, images):
-        pixels = ops.cast(images, "float32") * 127.5 + 127.5
+        back = [ops.convert_to_tensor(v, "float32") for v in (self.student.scale, self.student.offset)]
+        pixels = ops.cast(images, "float32") * back[0] + back[1]
         if tuple(images.shape[1:3]) != self.size:
             pixels = ops.image.resize(pixels, self.size, interpolation=self.spec.interpolation)
         offset, scale = (ops.convert_to_tensor(v, "float32") for v in (self.spec.offset, self.spec.scale))
@@ -146,7 +148,9 @@ def distilling_model(student, teacher, config, num_classes):
     size = tuple(d or s for d, s in zip(teacher.inputs[0].shape[1:3], student.inputs[0].shape[1:3]))
     spec = preprocessing(getattr(teacher, "preprocessing", None) or DEFAULT)
     images = student.inputs[0]
-    taught = _float32(frozen(TeacherInput(size, spec, name="teacher_input")(images), training=False), "teacher_out")
+    scaling = preprocessing(name_of(student))
+    taught = _float32(frozen(TeacherInput(size, spec, scaling, name="teacher_input")(images), training=False),
+                      "teacher_out")
     if token:
         logits = _float32(student.get_layer("head").output, "class_logits")
         learner = _float32(student.get_layer("head_dist").output, "dist_logits")
@@ -159,6 +163,7 @@ def distilling_model(student, teacher, config, num_classes):
     outputs = keras.layers.Concatenate(name="distilling", dtype="float32")([logits, learner, taught])
     model = DistillingModel(student.inputs, outputs, name=f"{student.name}_distilling")
     model.setup(config, num_classes, learner.shape[-1], token)
+    model.scaling = scaling  # the step scales the host's batch as the student's own training does
     return model
 
 

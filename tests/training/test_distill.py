@@ -231,3 +231,18 @@ def test_a_checkpoint_file_is_a_teacher(saved, tmp_path):
     halved = x.reshape(2, 16, 2, 16, 2, 3).mean((2, 4))  # its [-1, 1] scaling, at its 16 px
     want = keras_vit.from_checkpoint(path).predict(halved, verbose=0)
     np.testing.assert_allclose(np.exp(_softmax_log(taught.astype(np.float64))), want, rtol=1e-4, atol=1e-6)
+
+
+def test_the_teacher_sees_the_pixels_behind_the_students_own_scaling(saved):
+    """A student fine-tuned at its checkpoint's mean / std (CLIP's): the step scales the batch as
+    the student's, and the teacher's input is the same pixels at the teacher's own scaling."""
+    from keras_vit.preprocessing import preprocessing
+
+    config = recipe("digits", teacher=saved.teacher, distill="soft")
+    model = distilling_model(_vit(16, 16, preprocessing="clip"), load_teacher(saved.teacher), config, 10)
+    clip = preprocessing("clip")
+    assert model.scaling == clip
+    pixels = np.random.default_rng(1).uniform(0, 255, (2, 16, 16, 3))
+    images = ((pixels - np.asarray(clip.offset)) / np.asarray(clip.scale)).astype("float32")
+    seen = keras.ops.convert_to_numpy(model.get_layer("teacher_input")(images))
+    np.testing.assert_allclose(seen, (pixels - 255 * MEAN) / (255 * STD), rtol=1e-4, atol=1e-4)
