@@ -27,23 +27,11 @@ from keras_vit.training import engine
 DENSE_TASKS = {"segmentation": "semantic", "depth": "depth"}
 
 
-@dataclasses.dataclass
-class DenseResult:
+@dataclasses.dataclass(kw_only=True)
+class DenseResult(engine.RunResult):
     """What a dense run produced: the model (best weights), paths, its validation scores, history."""
 
-    model: keras.Model
-    run_dir: str
-    best_path: str
-    final_path: str
     scores: dict  # the validation metrics of the best model: loss, accuracy (pixel accuracy or δ1), miou
-    best_epoch: int
-    history: dict
-    steps: int
-    resumed_from: int
-    seconds: float
-    precision: str
-    strategy: str
-    is_chief: bool = True
 
 
 def dpt_options(width):

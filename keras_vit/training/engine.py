@@ -62,6 +62,24 @@ class Setup:
     backbone: Optional[keras.Model] = None  # the ViT whose blocks `layer_decay` scales; None: `model`
 
 
+@dataclasses.dataclass(kw_only=True)
+class RunResult:
+    """What every run's `Task.finish` returns; a task's result adds its scores (keyword fields)."""
+
+    model: keras.Model  # the best weights
+    run_dir: str
+    best_path: str
+    final_path: str
+    best_epoch: int
+    history: dict
+    steps: int
+    resumed_from: int
+    seconds: float
+    precision: str
+    strategy: str
+    is_chief: bool = True  # this process wrote the files (the others of a multi-process run did not)
+
+
 class Task:
     """A kind of run; subclasses say what differs (see the module docstring)."""
 

@@ -18,25 +18,13 @@ from keras_vit.model.logits import logits_output
 from keras_vit.preprocessing import name_of, preprocessing
 
 
-@dataclasses.dataclass
-class TrainResult:
+@dataclasses.dataclass(kw_only=True)
+class TrainResult(engine.RunResult):
     """What a run produced: the model (best weights), paths, its validation metrics, history."""
 
-    model: keras.Model
-    run_dir: str
-    best_path: str
-    final_path: str
     top1: float
     top5: float
     val_loss: float
-    best_epoch: int
-    history: dict
-    steps: int
-    resumed_from: int
-    seconds: float
-    precision: str
-    strategy: str
-    is_chief: bool = True  # this process wrote the files (the others of a multi-process run did not)
 
 
 def is_naflex(model):

@@ -51,7 +51,7 @@ def jax_env(port, hosts, index, backend="jax"):
     """The environment of JAX host `index` of `hosts` meeting at 127.0.0.1:`port` (one CPU device
     each; no launch variables for one host, or for another backend)."""
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+           "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=1".strip()}
     for name in ("JOB_ADDRESSES", "NUM_PROCESSES", "PROCESS_ID"):
         env.pop(f"KERAS_DISTRIBUTION_{name}", None)
     if hosts > 1:

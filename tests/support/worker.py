@@ -14,7 +14,7 @@ STRATEGIES, OUT = sys.argv[1].split(","), sys.argv[2]
 DISTILL = dict(teacher=sys.argv[3], distill="soft") if len(sys.argv) > 3 else {}
 BACKEND = os.environ["KERAS_BACKEND"]
 if BACKEND == "jax":
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()
 if BACKEND == "tensorflow":
     import tensorflow as tf
 

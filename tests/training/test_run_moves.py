@@ -1,7 +1,8 @@
 """Runs that move: a run checkpointed after epoch 1 (8 steps) continues to 16 on another backend
-or on another number of hosts (1 -> 2, 2 -> 1, 2 -> 4) and ends where the unmoved run ends (the
+or on another number of hosts (1 -> 2, 2 -> 1) and ends where the unmoved run ends (the
 same data position, schedule and weights within float tolerance); a resume with another global
-batch is refused in one line.
+batch is refused in one line. (2 -> 4 hosts would rerun the 1 -> 2 path: a checkpoint of fewer
+hosts read by more, each host finding its part of the same data position.)
 
 The children are tests/support/multihost_worker.py (tiny digits ViT, drop-path 0, deterministic
 input), each under a hard `timeout -s KILL` (tests/support/multihost.py); the test drives the
@@ -44,9 +45,9 @@ def _reports(out, hosts=1):
     return [json.loads((out / f"host-{i}.json").read_text()) for i in range(hosts)]
 
 
-@pytest.mark.skipif(BACKEND != "jax", reason="drives JAX, PyTorch and 2 or 4 JAX hosts itself: runs under JAX")
+@pytest.mark.skipif(BACKEND != "jax", reason="drives JAX, PyTorch and 2 JAX hosts itself: runs under JAX")
 def test_a_run_moves_between_backends_and_host_counts(tmp_path):
-    names = ("one", "two", "unmoved", "torch", "one_to_two", "two_to_one", "two_to_four", "batch")
+    names = ("one", "two", "unmoved", "torch", "one_to_two", "two_to_one", "batch")
     runs = {name: tmp_path / name for name in names}
     outs = {name: tmp_path / f"{name}.out" for name in runs}
     for out in outs.values():
@@ -58,12 +59,10 @@ def test_a_run_moves_between_backends_and_host_counts(tmp_path):
         assert json.loads((runs[run] / "checkpoint" / "state.json").read_text())["step"] == 8
     for name in ("unmoved", "torch", "one_to_two", "batch"):
         shutil.copytree(runs["one"], runs[name])
-    for name in ("two_to_one", "two_to_four"):
-        shutil.copytree(runs["two"], runs[name])
+    shutil.copytree(runs["two"], runs["two_to_one"])
 
     procs = [*_hosts(runs["unmoved"], outs["unmoved"]), *_hosts(runs["torch"], outs["torch"], backend="torch"),
              *_hosts(runs["one_to_two"], outs["one_to_two"], hosts=2), *_hosts(runs["two_to_one"], outs["two_to_one"]),
-             *_hosts(runs["two_to_four"], outs["two_to_four"], hosts=4),
              *_hosts(runs["batch"], outs["batch"], batch_size=64)]
     *moved, (code, out) = multihost.finish(procs)
     _succeeded(moved)
@@ -74,7 +73,7 @@ def test_a_run_moves_between_backends_and_host_counts(tmp_path):
     unmoved = saved_weights(str(runs["unmoved"] / "final.keras"))
     (reference,) = _reports(outs["unmoved"])
     assert reference["resumed_from"] == 8 and reference["steps"] == 16
-    for name, hosts in (("torch", 1), ("one_to_two", 2), ("two_to_one", 1), ("two_to_four", 4)):
+    for name, hosts in (("torch", 1), ("one_to_two", 2), ("two_to_one", 1)):
         for report in _reports(outs[name], hosts):  # the same data position and schedule: epoch 2's loss
             assert report["resumed_from"] == 8 and report["steps"] == 16
             np.testing.assert_allclose(report["loss"], reference["loss"], rtol=1e-5, err_msg=name)
