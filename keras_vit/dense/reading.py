@@ -11,7 +11,7 @@ from keras_vit.dense.eomt import eomt_of_checkpoint
 from keras_vit.dense.layouts import blocks, layout_of
 from keras_vit.dense.model import DenseModel
 from keras_vit.inspect.model_parts import embedding_layer, encoder_layer
-from keras_vit.weights import containers, registry
+from keras_vit.weights import containers, download, registry
 from keras_vit.weights.download import DownloadError
 from keras_vit.weights.formats.eomt import split_head
 from keras_vit.weights.reading import read_raw, weights_checkpoint
@@ -33,9 +33,15 @@ def from_checkpoint(source, force_download=False, *, backbone=None, **builder_ar
     what `from_checkpoint` reads) and gives `DenseModel(backbone, "linear", num_classes=...)` with the
     file's weights (`head_model`). Anything else gives its Vision Transformer: see
     `keras_vit.applications.from_checkpoint.from_checkpoint`. The named dense checkpoints
-    (`registry.DENSE`, e.g. "depth_anything_v2_small" or its hub id) are fetched as folders (`fetch_folder`).
+    (`registry.DENSE`, e.g. "depth_anything_v2_small" or its hub id) are fetched as folders (`fetch_folder`),
+    the named head files (e.g. "dinov2_vits14_ade20k_linear_head") as files, put on the backbone of
+    `registry.DENSE_BACKBONES` unless `backbone=` gives another.
     """
     entry = dense_entry(source)
+    if entry is not None and entry.name in registry.DENSE_BACKBONES:  # a head file, by default on its backbone
+        raw = containers.open_checkpoint(download.fetch(entry, force_download))
+        backbone = registry.DENSE_BACKBONES[entry.name] if backbone is None else backbone
+        return head_model(raw, backbone, **builder_args)
     if entry is not None:
         source = fetch_folder(entry, force_download)
     if isinstance(source, (str, os.PathLike)) and os.path.exists(source):

@@ -119,3 +119,41 @@ def test_files_that_do_not_fit_are_refused_in_one_line(vit, tmp_path, state, arg
     with pytest.raises(ValueError, match=message) as error:
         keras_vit.from_checkpoint(path, **{"backbone": vit, **args})
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.backend_independent  # the table
+def test_named_head_files_with_their_backbones_and_licence():
+    from keras_vit.weights import registry
+
+    heads = {e.name: e for e in registry.DENSE if e.name in registry.DENSE_BACKBONES}
+    assert len(heads) == 16  # S, B, L, g x ADE20K, VOC 2012 x linear, ms
+    entry = heads["dinov2_vitg14_voc2012_ms_head"]
+    assert entry.url == "https://dl.fbaipublicfiles.com/dinov2/dinov2_vitg14/dinov2_vitg14_voc2012_ms_head.pth"
+    assert (entry.variant, entry.license, entry.container) == ("DINOv2G14", "apache-2.0", "torch")
+    assert registry.DENSE_BACKBONES["dinov2_vits14_ade20k_linear_head"] == "DINOv2S14/vit_small_patch14_dinov2.lvd142m"
+    for name, e in heads.items():
+        backbone = registry.find(registry.DENSE_BACKBONES[name])
+        assert backbone.variant == e.variant and backbone.url.startswith("https://huggingface.co/timm/")
+
+
+def test_named_head_file_read_from_the_cache_and_its_backbone_offline_one_line(vit, images, tmp_path, monkeypatch):
+    from keras_vit.weights import registry
+
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("KERAS_VIT_HOME", str(tmp_path))
+
+    def offline(**kwargs):
+        raise OSError("We have no connection (offline)")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    entry = registry.find("dinov2_vits14_voc2012_linear_head")
+    target = registry.cache_path(entry)
+    (tmp_path / entry.variant / entry.name).mkdir(parents=True)
+    state = head_state(WIDTH, 21)
+    write_head(target, state)
+    model = keras_vit.from_checkpoint(entry.name, backbone=vit)
+    want = reference(vit, state, images, [-1])
+    np.testing.assert_allclose(model.predict(images, verbose=0), want, rtol=0, atol=1e-5 * max(1.0, np.abs(want).max()))
+    with pytest.raises(OSError) as error:  # its own backbone, DINOv2-S's published weights, not in the cache
+        keras_vit.from_checkpoint(entry.name)
+    assert "\n" not in str(error.value) and "vit_small_patch14_dinov2.lvd142m" in str(error.value)
