@@ -89,6 +89,8 @@ QUICK = (
     "tests/text/test_eva_clip_pe_core.py::test_named_models_have_timm_s_numbers_and_entries",
     "tests/inference/test_export_dense.py::test_several_outputs_are_paired_by_name_then_shape",
     "tests/dense/test_named.py::test_offline_is_one_line_naming_the_cache_folder",
+    "tests/dense/test_dinov2_heads.py::test_head_files_give_dinov2s_logits",
+    "tests/dense/test_dinov2_heads.py::test_files_that_do_not_fit_are_refused_in_one_line",
     "tests/dense/test_sliding.py::test_tiling_and_averaging_match_numpy",
     "tests/dense/test_tfds_data.py::test_cityscapes_label_ids_become_the_19_train_ids",
     "tests/training/test_checkpoint_scaling.py::test_the_pipelines_normalise_by_the_preprocessing",

@@ -6,7 +6,8 @@
 - `ENTRIES`: its named weights (`records.WeightsEntry`: URL, hash, licence, preprocessing, classes);
 - optionally `ALIASES` (alias -> entry names tried in turn, e.g. "imagenet"), `HUB_IDS`
   (a Hugging Face repo id of the same weights -> "Model/entry") and `DENSE` (those of its
-  `ENTRIES` that are dense-prediction models, read whole by `keras_vit.dense`).
+  `ENTRIES` that are dense-prediction models, read whole by `keras_vit.dense`), with `DENSE_BACKBONES`
+  (a dense entry that holds a head alone -> the "Model/entry" weights of the backbone it was trained on).
 
 Every reader takes them from here: the builders (`keras_vit.applications`), `list_models()`,
 `keras-vit list-models` / `list-weights` / `train --model`, the weights registry and
@@ -51,6 +52,7 @@ def _entries():
 ENTRIES = _entries()
 # The dense-prediction checkpoints among them (a family's `DENSE`): folders `keras_vit.dense` reads whole.
 DENSE = [entry for module in FAMILY_MODULES for entry in getattr(module, "DENSE", ())]
+DENSE_BACKBONES = _merged("DENSE_BACKBONES")
 HUB_IDS = _merged("HUB_IDS")
 
 

@@ -30,6 +30,19 @@ DENSE = [
     for s, size, license in (("S", "Small", "apache-2.0"), ("B", "Base", "cc-by-nc-4.0"), ("L", "Large", "cc-by-nc-4.0"))
 ]
 
+# DINOv2's linear segmentation heads (Apache-2.0, as its weights): mmseg files of the head alone,
+# `keras_vit.from_checkpoint(name)` puts on the DINOv2 it was trained on (`DENSE_BACKBONES`), without registers.
+# "linear": the last block's patch tokens; "ms": the last four's (its multi-scale test-time
+# augmentation is an evaluation mode, not part of the file). ADE20K: 150 classes, VOC 2012: 21.
+_HEAD_URL = "https://dl.fbaipublicfiles.com/dinov2/dinov2_vit{0}14/dinov2_vit{0}14_{1}_{2}_head.pth"
+_HEADS = {  # entry -> the weights of the backbone it was trained on
+    WeightsEntry(f"DINOv2{s}14", f"dinov2_vit{s.lower()}14_{data}_{kind}_head", 518, None, None, "torch",
+                 _HEAD_URL.format(s.lower(), data, kind), preprocessing="dinov2"): f"DINOv2{s}14/" + _FILES[0].format(size)
+    for size, s in _SIZES.items() for data in ("ade20k", "voc2012") for kind in ("linear", "ms")
+}
+DENSE += list(_HEADS)
+DENSE_BACKBONES = {entry.name: backbone for entry, backbone in _HEADS.items()}
+
 ENTRIES = [entry for size, s in _SIZES.items()
            for entry in hub_entries(f"DINOv2{s}14", "dinov2", 518, None, *(n.format(size) for n in _FILES))] + DENSE
 

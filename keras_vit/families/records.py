@@ -39,7 +39,8 @@ class Preprocessing:
 class WeightsEntry:
     """One downloadable checkpoint of the named model `variant`. `classes`: head size (None: no
     head); `representation_size`: width of its pre_logits layer (None: none); `container`: its
-    file kind ("npz", "safetensors"); `preprocessing`: the name of its inputs' scaling (a family's
+    file kind ("npz", "safetensors", "torch": a PyTorch pickle, read with `weights_only=True`);
+    `preprocessing`: the name of its inputs' scaling (a family's
     `PREPROCESSING`); `quick_gelu`: its MLPs' activation where the file does not record it
     (timm's CLIP towers: True for OpenAI's and the other quick-GELU trainings)."""
 

@@ -17,7 +17,7 @@ import dataclasses
 import os
 import re
 
-from keras_vit.families import ALIASES, DENSE, ENTRIES, FAMILIES, HUB_IDS  # noqa: F401  (part of this module's interface)
+from keras_vit.families import ALIASES, DENSE, DENSE_BACKBONES, ENTRIES, FAMILIES, HUB_IDS  # noqa: F401  (part of this module's interface)
 from keras_vit.families.records import WeightsEntry  # noqa: F401  (part of this module's interface)
 from keras_vit.variants import ARCHITECTURE_KEYS, VARIANTS, list_models
 from keras_vit.weights import stems

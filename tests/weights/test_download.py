@@ -122,9 +122,10 @@ def test_registry_entries_are_consistent():
         assert e.variant in keras_vit.list_models() or e in registry.DENSE, e  # EoMT: DINOv2-L at 16 px patches
         assert (e.variant, e.name) not in seen, e
         seen.add((e.variant, e.name))
-        assert e.url.startswith("https://") and e.file_name.endswith((".npz", ".safetensors"))
+        head_file = e.name in registry.DENSE_BACKBONES  # DINOv2's segmentation heads: PyTorch files
+        assert e.url.startswith("https://") and e.file_name.endswith(".pth" if head_file else (".npz", ".safetensors"))
         patch = {**VARIANTS, **FAMILIES}.get(e.variant, {"patch_size": 16})["patch_size"]
-        assert e.resolution % patch == 0 and e.container in ("npz", "safetensors")
+        assert e.resolution % patch == 0 and e.container in (("torch",) if head_file else ("npz", "safetensors"))
     for variant in ("ViTTi16", "ViTS16", "ViTS32", "ViTB16", "ViTB32", "ViTL16"):
         default = registry.find("imagenet", variant)
         assert (default.name, default.resolution, default.classes) == ("augreg_in21k_ft_in1k_224", 224, 1000)
