@@ -14,6 +14,8 @@ import keras
 import numpy as np
 import pytest
 
+from tests.support.runs import save_teacher
+
 BACKEND = keras.backend.backend()
 WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "worker.py")
 
@@ -39,28 +41,21 @@ def _assert_trained(report, strategy, replicas):
     assert set(report["replica_counts"]) == {replicas}
 
 
-def _teacher(tmp_path):
-    """A `.keras` teacher of another width at twice the student's resolution (8 px)."""
-    import keras_vit
-
-    keras.utils.set_random_seed(0)
-    teacher = keras_vit.VisionTransformer(4, 24, 1, 2, 48, input_shape=(16, 16, 3), classes=10)
-    teacher.save(tmp_path / "teacher.keras")
-    return str(tmp_path / "teacher.keras")
-
-
 def _assert_distilled(report, strategy, replicas):
-    """Trained as `_assert_trained`, both losses of the distillation logged and finite."""
+    """Trained as `_assert_trained`, both losses of the distillation logged and finite, and the
+    logged loss their mix (alpha 0.5): each of the three the mean over the replicas' examples."""
     _assert_trained(report, strategy, replicas)
     assert sorted(report["logged"]) == ["distill_loss", "label_loss"]
     for values in report["logged"].values():
         assert len(values) == len(report["loss"]) and np.isfinite(values).all()
+    mixed = (np.array(report["logged"]["label_loss"]) + report["logged"]["distill_loss"]) / 2
+    np.testing.assert_allclose(report["loss"], mixed, rtol=1e-5)
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="JAX's DataParallel / ModelParallel: runs under KERAS_BACKEND=jax")
 def test_jax_data_parallel_and_model_parallel_on_two_cpu_devices(tmp_path):
     command = [sys.executable, WORKER, "data_parallel,model_parallel,data_parallel+teacher", str(tmp_path),
-               _teacher(tmp_path)]
+               save_teacher(tmp_path)]
     results = _run(command, "jax", tmp_path)
     data_parallel, model_parallel = results["result-data_parallel-0.json"], results["result-model_parallel-0.json"]
     _assert_trained(data_parallel, "data_parallel", 2)
@@ -80,7 +75,7 @@ def test_jax_data_parallel_and_model_parallel_on_two_cpu_devices(tmp_path):
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute.MirroredStrategy: runs under KERAS_BACKEND=tensorflow")
 def test_tensorflow_mirrored_strategy_on_two_logical_cpus(tmp_path):
-    results = _run([sys.executable, WORKER, "mirrored,mirrored+teacher", str(tmp_path), _teacher(tmp_path)],
+    results = _run([sys.executable, WORKER, "mirrored,mirrored+teacher", str(tmp_path), save_teacher(tmp_path)],
                    "tensorflow", tmp_path)
     plain, distilled = results["result-mirrored-0.json"], results["result-mirrored+teacher-0.json"]
     _assert_trained(plain, "mirrored", 2)
@@ -93,7 +88,7 @@ def test_tensorflow_mirrored_strategy_on_two_logical_cpus(tmp_path):
 def test_torch_ddp_with_two_gloo_processes(tmp_path):
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        WORKER, "torch_ddp,torch_ddp+teacher", str(tmp_path), _teacher(tmp_path),
+        WORKER, "torch_ddp,torch_ddp+teacher", str(tmp_path), save_teacher(tmp_path),
     ]
     results = _run(command, "torch", tmp_path)
     assert sorted(results) == sorted(f"result-torch_ddp{kind}-{rank}.json" for kind in ("", "+teacher") for rank in (0, 1))
