@@ -16,11 +16,15 @@ def saved_weights(path):
 
 def save_teacher(folder):
     """Saves a 10-class teacher of another width (24) at 16 px (twice the distributed tests'
-    students) as `folder`/teacher.keras; returns its path as a string."""
+    students), with random weights large enough for confident predictions (a distillation loss
+    near 1, not near 0), as `folder`/teacher.keras; returns its path as a string."""
     import keras_vit
+
+    from tests.support.models import randomize
 
     keras.utils.set_random_seed(0)
     teacher = keras_vit.VisionTransformer(4, 24, 1, 2, 48, input_shape=(16, 16, 3), classes=10, weights=None)
+    randomize(teacher, seed=1, scale=1.0)
     path = str(folder / "teacher.keras")
     teacher.save(path)
     return path
