@@ -4,8 +4,8 @@ Usage: python multihost_tf_torch_worker.py RUN_DIR REPORT [--kill-at STEP] [--ho
 (KERAS_BACKEND, TF_CONFIG or torchrun's variables set by the caller). Trains the tiny digits
 ViT of `FLAGS` with step checkpoints; `--kill-at` SIGKILLs this process after that step (as a
 host lost mid-run); `--host-timeout` replaces its 20 s; `--cli` runs `keras-vit train` instead
-of `train()`; `--teacher` distils (soft) from that `.keras` file. REPORT-<rank>.json gets the run: per step, the logged loss and this process's
-own loss (from its local metric state).
+of `train()`; `--teacher` distils (soft) from that `.keras` file. REPORT-<rank>.json gets the
+run: per step, the logged loss and this process's own loss (from its local metric state).
 The process dies (SIGALRM, not handled) after KERAS_VIT_TEST_LIMIT seconds, even when stuck
 in a collective.
 """

@@ -91,7 +91,8 @@ def test_torch_ddp_with_two_gloo_processes(tmp_path):
         WORKER, "torch_ddp,torch_ddp+teacher", str(tmp_path), save_teacher(tmp_path),
     ]
     results = _run(command, "torch", tmp_path)
-    assert sorted(results) == sorted(f"result-torch_ddp{kind}-{rank}.json" for kind in ("", "+teacher") for rank in (0, 1))
+    names = [f"result-torch_ddp{kind}-{rank}.json" for kind in ("", "+teacher") for rank in (0, 1)]
+    assert sorted(results) == sorted(names)
     for name, report in results.items():
         (_assert_distilled if "+teacher" in name else _assert_trained)(report, "torch_ddp", 1)
     for name in ("torch_ddp", "torch_ddp+teacher"):

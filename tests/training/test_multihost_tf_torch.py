@@ -116,7 +116,8 @@ def test_tensorflow_multi_worker_kill_resume_and_separate_folders(tmp_path):
     with open(os.path.join(shared, "log.csv")) as handle:  # both losses over all workers' examples, and their mix
         (logged,) = csv.DictReader(handle)
     label, distill = float(logged["label_loss"]), float(logged["distill_loss"])
-    assert np.isfinite([label, distill]).all() and float(logged["loss"]) == pytest.approx((label + distill) / 2, rel=1e-5)
+    assert np.isfinite([label, distill]).all()
+    assert float(logged["loss"]) == pytest.approx((label + distill) / 2, rel=1e-5)
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="MultiWorkerMirroredStrategy: runs under KERAS_BACKEND=tensorflow")
