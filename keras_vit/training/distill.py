@@ -19,13 +19,17 @@ each example's distillation loss being
 A student with DeiT's distillation token (`distillation_token=True`) trains its class head on the
 labels and its distillation head on the teacher; its metrics, validation loss and every saved
 model read the mean of both heads, as DeiT and timm predict. The teacher's outputs exist only
-within the step; `label_loss` and `distill_loss` are logged next to `loss`.
+within the step; `label_loss` and `distill_loss` are logged next to `loss`. Under
+`tf.distribute` each replica's loss is its own mean divided by the number of replicas (Keras'
+convention, whose losses divide so and whose loss tracker multiplies back; the replicas'
+gradients are summed): `compute_loss` mixes the replica's own means and divides the mix once.
 """
 
 import os
 
 import keras
 from keras import ops
+from keras.src.losses.loss import scale_loss_for_distribution, unscale_loss_for_distribution
 
 from keras_vit import run_folder
 from keras_vit.model.logits import ends_with_softmax
@@ -216,7 +220,9 @@ class DistillingModel(on_step.TrainingModel):
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         logits, learner, taught = self.split(y_pred)
-        label = self.label_loss(y, logits if training else self.predicted(y_pred), sample_weight)
+        # Keras' loss is this replica's mean already divided by the replicas of a tf.distribute strategy
+        label = unscale_loss_for_distribution(self.label_loss(y, logits if training else self.predicted(y_pred),
+                                                              sample_weight))
         distill = _weighted_mean(distill_losses(self.mode, learner, taught, self.temperature, self.feature_loss),
                                  sample_weight)
         batch = ops.shape(y_pred)[0]
@@ -225,7 +231,7 @@ class DistillingModel(on_step.TrainingModel):
         total = (1.0 - self.alpha) * label + self.alpha * distill
         for extra in self.losses:
             total = total + ops.sum(extra)
-        return total
+        return scale_loss_for_distribution(total)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         return super().compute_metrics(x, y, self.predicted(y_pred), sample_weight)

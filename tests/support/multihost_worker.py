@@ -5,8 +5,9 @@ launch variables, e.g. KERAS_DISTRIBUTION_JOB_ADDRESSES / _NUM_PROCESSES / _PROC
 XLA_FLAGS). Trains a tiny ViT on 320 digits (256 for training: 8 steps of 32) with step
 checkpoints; KEY=VALUE sets any training field, and `kill_at=N` SIGKILLs this process after
 step N (a host lost), `stop_after_epoch=N` ends it (exit 0) once epoch N's state is saved (a
-preempted job). Writes the loss history, the resumed step and a checksum of the final weights
-to OUT_JSON; a refused run prints one line "error: ..." and exits 2.
+preempted job). Writes the loss history (with a teacher, `teacher=PATH distill=soft`, the label
+and distillation losses too), the resumed step and a checksum of the final weights to OUT_JSON;
+a refused run prints one line "error: ..." and exits 2.
 """
 
 import json
@@ -56,5 +57,6 @@ weights = [np.asarray(v.value.addressable_data(0)) if hasattr(v.value, "addressa
            for v in result.model.weights]
 with open(OUT, "w") as handle:
     json.dump({"loss": result.history.get("loss", []), "resumed_from": result.resumed_from, "steps": result.steps,
+               "distilled": {k: result.history[k] for k in ("label_loss", "distill_loss") if k in result.history},
                "top1": result.top1, "val_loss": result.val_loss, "sum": float(sum(np.abs(w).sum() for w in weights)),
                "first": weights[0].ravel()[:8].tolist()}, handle)

@@ -1,5 +1,5 @@
-"""Training-run helpers of the tests: the weights after every step, a run killed at a step, and
-the weights of a saved model by variable path."""
+"""Training-run helpers of the tests: the weights after every step, a run killed at a step, the
+weights of a saved model by variable path, and a teacher to distil from."""
 
 import keras
 import numpy as np
@@ -12,6 +12,22 @@ def weights_by_path(model):
 def saved_weights(path):
     """`{variable path: array}` of the `.keras` file at `path`."""
     return weights_by_path(keras.saving.load_model(path, compile=False))
+
+
+def save_teacher(folder):
+    """Saves a 10-class teacher of another width (24) at 16 px (twice the distributed tests'
+    students), with random weights large enough for confident predictions (a distillation loss
+    near 1, not near 0), as `folder`/teacher.keras; returns its path as a string."""
+    import keras_vit
+
+    from tests.support.models import randomize
+
+    keras.utils.set_random_seed(0)
+    teacher = keras_vit.VisionTransformer(4, 24, 1, 2, 48, input_shape=(16, 16, 3), classes=10, weights=None)
+    randomize(teacher, seed=1, scale=1.0)
+    path = str(folder / "teacher.keras")
+    teacher.save(path)
+    return path
 
 
 class EveryStep(keras.callbacks.Callback):

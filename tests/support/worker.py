@@ -1,7 +1,8 @@
 """Trains a tiny ViT under distribution strategies in its own process (for tests/training/test_distributed.py).
 
 Usage: python tests/support/worker.py STRATEGY[,STRATEGY...] OUT_DIR [TEACHER]   (KERAS_BACKEND chosen by
-the caller; torch_ddp is launched with torchrun; TEACHER: a `.keras` file to distil from, `distill=soft`). Writes OUT_DIR/result-<strategy>-<rank>.json with
+the caller; torch_ddp is launched with torchrun). A name STRATEGY+teacher trains STRATEGY distilling from
+TEACHER (a `.keras` file, `distill=soft`), so one process covers both. Writes OUT_DIR/result-<name>-<rank>.json with
 the loss history, whether each variable's replicas are identical (and how JAX's ModelParallel
 sharded them), and OUT_DIR/weights-<strategy>-<rank>.npz with the trained weights.
 """
@@ -11,7 +12,7 @@ import os
 import sys
 
 STRATEGIES, OUT = sys.argv[1].split(","), sys.argv[2]
-DISTILL = dict(teacher=sys.argv[3], distill="soft") if len(sys.argv) > 3 else {}
+TEACHER = sys.argv[3] if len(sys.argv) > 3 else None
 BACKEND = os.environ["KERAS_BACKEND"]
 if BACKEND == "jax":
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()
@@ -38,15 +39,16 @@ def replicas(variable):
     return [keras.ops.convert_to_numpy(value)]
 
 
-def run(strategy):
+def run(name):
+    strategy, teacher = name.removesuffix("+teacher"), name.endswith("+teacher")
     rank = int(os.environ.get("RANK", "0"))
     digits = load_digits()
     data = ((digits.images[:512] * (255 / 16)).astype("uint8"), digits.target[:512])
     config = recipe(
         "digits", image_size=8, patch_size=2, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64,
         batch_size=32, epochs=2, learning_rate=5e-3, warmup_steps=2, tensorboard=False, verbose=0,
-        val_fraction=0.25, strategy=strategy, output_dir=os.path.join(OUT, strategy),
-        jit_compile=BACKEND == "jax", **DISTILL,
+        val_fraction=0.25, strategy=strategy, output_dir=os.path.join(OUT, name),
+        jit_compile=BACKEND == "jax", **(dict(teacher=TEACHER, distill="soft") if teacher else {}),
     )
     report = {"identical": True, "changed": 0, "replica_counts": [], "sharded": {}}
     arrays, initial = {}, {}
@@ -69,10 +71,10 @@ def run(strategy):
 
     result = train(config, data=data, callbacks=[Inspect()])
     report.update(strategy=result.strategy, loss=result.history["loss"], top1=result.top1, steps=result.steps,
-                  logged=sorted(result.history))
+                  logged={key: result.history[key] for key in ("label_loss", "distill_loss") if key in result.history})
     report["changed"] = sum(not np.allclose(arrays[p], initial[p]) for p in initial)
-    np.savez(os.path.join(OUT, f"weights-{strategy}-{rank}.npz"), **{k.replace("/", "|"): v for k, v in arrays.items()})
-    with open(os.path.join(OUT, f"result-{strategy}-{rank}.json"), "w") as handle:
+    np.savez(os.path.join(OUT, f"weights-{name}-{rank}.npz"), **{k.replace("/", "|"): v for k, v in arrays.items()})
+    with open(os.path.join(OUT, f"result-{name}-{rank}.json"), "w") as handle:
         json.dump(report, handle)
 
 if __name__ == "__main__":

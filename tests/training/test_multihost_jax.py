@@ -23,6 +23,7 @@ from keras_vit.data import pipeline
 from keras_vit.training.parallel import hosts, run_agreement
 from keras_vit.data.sources import from_arrays
 from tests.support import multihost
+from tests.support.runs import save_teacher
 
 BACKEND = keras.backend.backend()
 LIMIT = 240  # seconds any child may live
@@ -32,10 +33,12 @@ LIMIT = 240  # seconds any child may live
 def test_jax_two_hosts_lose_one_then_resume_to_the_same_weights(tmp_path):
     """Host 1 is SIGKILLed after step 5; host 0's next all-reduce fails ("Connection reset by
     peer"): it exits 75 within 30 s, not after host_timeout (300 s), with one line naming host
-    1 and the state of step 4 intact; both hosts then resume from it to the same weights."""
+    1 and the state of step 4 intact; both hosts then resume from it to the same weights. The
+    student learns from a teacher (of another width and resolution) all along."""
+    distill = dict(teacher=save_teacher(tmp_path), distill="soft")
     run_dir = tmp_path / "run"
     procs = multihost.jax_hosts(run_dir, str(tmp_path), limit=LIMIT, checkpoint_every=2, host_timeout=300,
-                                extra={1: ["kill_at=5"]})
+                                extra={1: ["kill_at=5"]}, **distill)
     (lost_code, lost_out), = multihost.finish(procs[1:])  # host 1 is gone ...
     killed = time.monotonic()
     (code, out), = multihost.finish(procs[:1], deadline=killed + 60)  # ... and host 0 must follow
@@ -48,12 +51,16 @@ def test_jax_two_hosts_lose_one_then_resume_to_the_same_weights(tmp_path):
     assert saved["step"] == 4 and (run_dir / "checkpoint" / saved["weights"]).exists()
 
     results = multihost.finish(multihost.jax_hosts(run_dir, str(tmp_path), limit=LIMIT, checkpoint_every=2,
-                                                   host_timeout=6))
+                                                   host_timeout=6, **distill))
     assert [code for code, _ in results] == [0, 0], results[0][1][-3000:] + results[1][1][-3000:]
     first, second = (json.loads((tmp_path / f"host-{i}.json").read_text()) for i in range(2))
     assert first["resumed_from"] == saved["step"] and first["steps"] == second["steps"] > saved["step"]
     assert first["first"] == second["first"] and first["sum"] == second["sum"]  # the same weights on both hosts
     assert np.isfinite(first["val_loss"]) and first["top1"] == second["top1"]
+    assert first["loss"] == second["loss"] and sorted(first["distilled"]) == ["distill_loss", "label_loss"]
+    assert first["distilled"] == second["distilled"]  # the losses of the global batch on both hosts
+    for values in first["distilled"].values():
+        assert len(values) == len(first["loss"]) and np.isfinite(values).all()
 
 
 def test_run_state_naming_a_file_out_of_its_folder_is_refused(tmp_path):

@@ -9,6 +9,7 @@ process under its own alarm (`LIMIT`; torchrun starts its workers in sessions of
 own); the test ends only those sessions.
 """
 
+import csv
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 
 from tests.support import multihost
+from tests.support.runs import save_teacher
 
 BACKEND = keras.backend.backend()
 WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "multihost_tf_torch_worker.py")
@@ -94,20 +96,28 @@ def _assert_refused(results, shared, alone, exit_code=2):
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="MultiWorkerMirroredStrategy: runs under KERAS_BACKEND=tensorflow")
 def test_tensorflow_multi_worker_kill_resume_and_separate_folders(tmp_path):
+    """... of a student distilled from a teacher (`--teacher`, soft) all along."""
     shared, alone = str(tmp_path / "run"), str(tmp_path / "alone")
-    killed = _run_all(_tf_workers([shared, shared], str(tmp_path / "killed"), "--kill-at", "7"))
+    teacher = ("--teacher", save_teacher(tmp_path))
+    killed = _run_all(_tf_workers([shared, shared], str(tmp_path / "killed"), "--kill-at", "7", *teacher))
     assert all(code in (-signal.SIGKILL, 128 + signal.SIGKILL) for code, _ in killed), killed[0][1][-3000:]
     assert json.load(open(os.path.join(shared, "checkpoint", "state.json")))["step"] == 5
 
-    _assert_refused(_run_all(_tf_workers([shared, alone], str(tmp_path / "apart"))), shared, alone)
+    _assert_refused(_run_all(_tf_workers([shared, alone], str(tmp_path / "apart"), *teacher)), shared, alone)
 
-    (chief_code, chief), (other_code, other) = _run_all(_tf_workers([shared, shared], str(tmp_path / "r"), "--cli"))
+    (chief_code, chief), (other_code, other) = _run_all(_tf_workers([shared, shared], str(tmp_path / "r"), "--cli",
+                                                                    *teacher))
     assert chief_code == 0 and other_code == 0, chief[-3000:] + other[-3000:]
     assert "Resuming" in chief and "at step 5/16" in chief
     assert "Saved the best model to" in chief and "Saved the best model" not in other  # the chief reports
     for name in ("best.keras", "final.keras", "log.csv", "checkpoint/step-16.weights.h5"):
         assert os.path.exists(os.path.join(shared, name)), name
     assert not [n for n in os.listdir(shared) if n.startswith(".keras_vit-tmp")]
+    with open(os.path.join(shared, "log.csv")) as handle:  # both losses over all workers' examples, and their mix
+        (logged,) = csv.DictReader(handle)
+    label, distill = float(logged["label_loss"]), float(logged["distill_loss"])
+    assert np.isfinite([label, distill]).all()
+    assert float(logged["loss"]) == pytest.approx((label + distill) / 2, rel=1e-5)
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="MultiWorkerMirroredStrategy: runs under KERAS_BACKEND=tensorflow")
