@@ -47,7 +47,7 @@ def run(name):
     config = recipe(
         "digits", image_size=8, patch_size=2, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64,
         batch_size=32, epochs=2, learning_rate=5e-3, warmup_steps=2, tensorboard=False, verbose=0,
-        val_fraction=0.25, strategy=strategy, output_dir=os.path.join(OUT, name),
+        val_fraction=0.25, strategy=strategy, output_dir=os.path.join(OUT, name), deterministic=True,
         jit_compile=BACKEND == "jax", **(dict(teacher=TEACHER, distill="soft") if teacher else {}),
     )
     report = {"identical": True, "changed": 0, "replica_counts": [], "sharded": {}}
