@@ -16,13 +16,6 @@ JAX_CACHE = tempfile.mkdtemp(prefix="keras_vit_tests_jax_cache_")
 atexit.register(shutil.rmtree, JAX_CACHE, ignore_errors=True)
 os.environ.update(JAX_COMPILATION_CACHE_DIR=JAX_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-# Under JAX the tests' time goes mostly to XLA compiling tiny programs, which then run for
-# milliseconds: LLVM's optimisation passes cost more than they save. Test-only (never in the
-# library), for this process and the processes it starts, unless XLA_FLAGS is set
-# (docs/contributing.md, "Test time").
-JAX_TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-if os.environ.get("KERAS_BACKEND") == "jax":
-    os.environ.setdefault("XLA_FLAGS", JAX_TEST_XLA_FLAGS)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
