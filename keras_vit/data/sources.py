@@ -413,6 +413,23 @@ def tfds_size(dataset):
     return size if size >= 0 else int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
 
 
+def read_tfds(builder, name, train_split, val_split, val_fraction, seed, to_pair):
+    """`(train, validation), (train size, validation size)`: the prepared `builder`'s two splits
+    (`tfds_splits`) as datasets of `to_pair(example)`, the train split's files shuffled by `seed`."""
+    import tensorflow_datasets as tfds
+
+    splits = set(builder.info.splits.keys())
+    config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=True)
+    datasets = []
+    for split, shuffle in zip(tfds_splits(splits, train_split, val_split, val_fraction), (True, False)):
+        try:
+            dataset = builder.as_dataset(split=split, shuffle_files=shuffle, read_config=config)
+        except (ValueError, KeyError) as error:
+            raise ValueError(f"Split {split!r} of {name!r}: {error} (known splits: {sorted(splits)}).") from None
+        datasets.append(dataset.map(to_pair, num_parallel_calls=tf.data.AUTOTUNE))
+    return tuple(datasets), tuple(tfds_size(dataset) for dataset in datasets)
+
+
 def from_tfds(
     name,
     *,
@@ -425,24 +442,11 @@ def from_tfds(
     seed=0,
 ):
     """A `Source` from a tensorflow-datasets image-classification dataset."""
-    import tensorflow_datasets as tfds
-
     builder = tfds_builder(name, data_dir or os.environ.get("TFDS_DATA_DIR"))
     image_key, label_key = _features(builder)
     prepare_tfds(builder, name, manual_dir, download)
-    splits = set(builder.info.splits.keys())
-    train_split, val_split = tfds_splits(splits, train_split, val_split, val_fraction)
-
-    def read(split, shuffle):
-        config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=True)
-        try:
-            ds = builder.as_dataset(split=split, shuffle_files=shuffle, read_config=config)
-        except (ValueError, KeyError) as error:
-            raise ValueError(f"Split {split!r} of {name!r}: {error} (known splits: {sorted(splits)}).") from None
-        return ds.map(lambda ex: (ex[image_key], ex[label_key]), num_parallel_calls=tf.data.AUTOTUNE)
-
-    train, validation = read(train_split, True), read(val_split, False)
-    sizes = [tfds_size(ds) for ds in (train, validation)]
+    (train, validation), sizes = read_tfds(builder, name, train_split, val_split, val_fraction, seed,
+                                           lambda ex: (ex[image_key], ex[label_key]))
     return Source(
         name=name,
         train=train,

@@ -4,7 +4,7 @@
 class names and how the stored values become class ids (a value not in `ids` is not labelled, the
 ignore label 255). The builders whose features look dense but are not what training needs are in
 `REFUSED` with the reason. The splits are chosen as for classification
-(`keras_vit.data.sources.tfds_splits`); the examples are decoded by tensorflow-datasets and
+(`keras_vit.data.sources.read_tfds`); the examples are decoded by tensorflow-datasets and
 streamed, not read up front, so they are not checked as a folder's pairs are.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import augment
-from keras_vit.data.sources import prepare_tfds, tfds_builder, tfds_size, tfds_splits, VAL_FRACTION
+from keras_vit.data.sources import prepare_tfds, read_tfds, tfds_builder, VAL_FRACTION
 from keras_vit.dense.data import IGNORE, DenseSource
 
 # Cityscapes' 19 evaluation classes: their `labelIds` (the gtFine PNGs tensorflow-datasets stores) -> train id
@@ -110,8 +110,6 @@ def load_tfds_source(name, task, *, val_fraction=None, seed=0, data_dir=None, ma
                      train_split=None, val_split=None):
     """The `DenseSource` of the tensorflow-datasets builder `name` for `task`: its splits as datasets of
     `(image, target)` pairs."""
-    import tensorflow_datasets as tfds
-
     spec = builder_spec(name, task)
     builder = tfds_builder(name, data_dir or os.environ.get("TFDS_DATA_DIR"))
     features = builder.info.features
@@ -119,18 +117,7 @@ def load_tfds_source(name, task, *, val_fraction=None, seed=0, data_dir=None, ma
         raise ValueError(f"tensorflow-datasets {name!r} has no {spec.target!r} feature (its features: "
                          f"{', '.join(features)}); choose a config with it, e.g. cityscapes/semantic_segmentation.")
     prepare_tfds(builder, name, manual_dir, download)
-    splits = set(builder.info.splits.keys())
-    train_split, val_split = tfds_splits(splits, train_split, val_split,
-                                         VAL_FRACTION if val_fraction is None else val_fraction)
-
-    def read(split, shuffle):
-        config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=True)
-        try:
-            ds = builder.as_dataset(split=split, shuffle_files=shuffle, read_config=config)
-        except (ValueError, KeyError) as error:
-            raise ValueError(f"Split {split!r} of {name!r}: {error} (known splits: {sorted(splits)}).") from None
-        return ds.map(pair_of(spec), num_parallel_calls=tf.data.AUTOTUNE)
-
-    train, validation = read(train_split, True), read(val_split, False)
+    (train, validation), sizes = read_tfds(builder, name, train_split, val_split,
+                                           VAL_FRACTION if val_fraction is None else val_fraction, seed, pair_of(spec))
     names = list(spec.class_names) if spec.class_names else None
-    return DenseSource(name, task, train, validation, names, sizes=(tfds_size(train), tfds_size(validation)))
+    return DenseSource(name, task, train, validation, names, sizes=sizes)

@@ -10,10 +10,6 @@ with the few-shot set's mean and standard deviation, a constant feature of 100 a
     scores = fewshot.evaluate(model, "digits", shots=(1, 5, 10))   # {"1shot": 0.41, ...}
 """
 
-import csv
-import io
-import os
-
 import keras
 import numpy as np
 

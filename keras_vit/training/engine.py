@@ -10,7 +10,6 @@ verbosity, and saving (`Run.save`, the one save path).
 
 import contextlib
 import dataclasses
-import importlib.util
 import io
 import json
 import math

@@ -6,7 +6,6 @@ given), cross-entropy with top-1 / top-5, `classes.json` in the run folder, and 
 """
 
 import dataclasses
-import os
 
 import keras
 

@@ -5,7 +5,6 @@ checkpoint in that layout plus what it tells about the model that produced it.""
 import dataclasses
 import math
 import numbers
-from typing import Optional
 
 from keras_vit.utils import limits
 from keras_vit.config.fields import check_value

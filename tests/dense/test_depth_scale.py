@@ -5,7 +5,6 @@ divided by it in training and evaluation, recorded in the run's config.json, and
 import json
 import os
 
-import keras
 import numpy as np
 import pytest
 from PIL import Image
@@ -15,6 +14,7 @@ from keras_vit.dense import pipeline
 from keras_vit.dense.sources import load_source
 from keras_vit.evaluation.dense import evaluate_dense
 from keras_vit.training import recipe, train
+from tests.support import JIT
 from tests.support.commands import fails
 from tests.support.dense_data import shape_sample
 
@@ -58,7 +58,7 @@ def run(kitti_like, tmp_path_factory):
     config = recipe("digits", task="depth", data=kitti_like[0], depth_scale=SCALE, image_size=16, patch_size=8,
                     hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, batch_size=3, steps=2, tensorboard=False,
                     verbose=0, val_fraction=0.25, output_dir=str(tmp_path_factory.mktemp("run") / "run"),
-                    jit_compile=keras.backend.backend() == "jax")
+                    jit_compile=JIT)
     return train(config)
 
 

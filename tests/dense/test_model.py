@@ -2,7 +2,6 @@
 position embedding, the linear head's numbers against NumPy / torch, `.keras` files (here and on
 another backend), and bad arguments."""
 
-import json
 import os
 import subprocess
 import sys

@@ -4,19 +4,18 @@ as the table says, the pairs through the paired augmentation and into a training
 
 import os
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from keras_vit.cli import main
 from keras_vit.data.pipeline import Augmentation
 from keras_vit.dense import pipeline
 from keras_vit.dense.data import IGNORE
 from keras_vit.dense.sources import load_source
 from keras_vit.evaluation.dense import evaluate_dense
 from keras_vit.training import recipe, train
+from tests.support import JIT
 from tests.support.commands import fails
 
 SPLITS = {"train": 6, "test": 3, "validation": 3}
@@ -87,7 +86,7 @@ def test_nyu_depth_is_read_in_metres_and_resized_by_nearest_neighbour():
 def test_a_tfds_source_trains_with_the_masked_loss(tmp_path):
     config = recipe("digits", task="segmentation", data="oxford_iiit_pet", image_size=16, patch_size=8, hidden_dim=16,
                     depth=1, num_heads=2, mlp_dim=32, batch_size=3, steps=2, tensorboard=False, verbose=0,
-                    output_dir=str(tmp_path / "run"), jit_compile=keras.backend.backend() == "jax")
+                    output_dir=str(tmp_path / "run"), jit_compile=JIT)
     with mocked(trimap_example):
         result = train(config)
         scores = evaluate_dense(result.best_path)  # the data the run recorded, each image at its own size

@@ -4,7 +4,6 @@ tracebacks."""
 
 import importlib
 import json
-import os
 import subprocess
 import sys
 import textwrap

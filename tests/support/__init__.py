@@ -7,6 +7,9 @@ import keras
 
 BACKEND = keras.backend.backend()
 BACKENDS = ("jax", "tensorflow", "torch")  # the suite runs once under each (tests/run_backends.py)
+# `jit_compile` of the tests' tiny training runs: compiled on JAX (its eager steps dispatch op by op and
+# take longer than compiling them), eager elsewhere (compiling costs more than a few steps take).
+JIT = BACKEND == "jax"
 
 
 def one_of_the_others(cases):

@@ -4,15 +4,14 @@ import contextlib
 import io
 import os
 
-import keras
-
 from keras_vit.cli import main
+from tests.support import JIT
 
 # `keras-vit train` flags of a tiny one-epoch run on the built-in digits.
 TINY_TRAIN_FLAGS = [
     "--image-size", "8", "--patch-size", "2", "--hidden-dim", "16", "--depth", "1", "--num-heads", "2",
     "--mlp-dim", "32", "--epochs", "1", "--tensorboard", "false", "--verbose", "0",
-    "--set", f"jit_compile={keras.backend.backend() == 'jax'}",
+    "--set", f"jit_compile={JIT}",
 ]
 
 

@@ -1,12 +1,12 @@
 """NaFlex data of the tests: images of mixed sizes, a source of them, a batch of images each
 filling its own budget, and a tiny NaFlex training recipe."""
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 import keras_vit
 from keras_vit.data.sources import Source
+from tests.support import JIT
 
 PATCH = 4
 SEQ_LENS = (4, 9, 16)
@@ -14,7 +14,7 @@ BATCH = 3  # tokens per batch: 3 * 16
 
 TINY = dict(
     model="custom", patch_size=2, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, image_size=8, batch_size=8,
-    tensorboard=False, jit_compile=keras.backend.backend() == "jax", class_token=False, pooling="avg",
+    tensorboard=False, jit_compile=JIT, class_token=False, pooling="avg",
     naflex_seq_lens=(4, 9, 16), steps=3, warmup_steps=1, verbose=0, learning_rate=0.01,
 )
 

@@ -12,6 +12,7 @@ from PIL import Image
 
 import keras_vit
 from keras_vit.cli import main
+from tests.support import JIT
 from tests.support.commands import fails
 from tests.support.text import IMAGE, clip_folder
 
@@ -22,7 +23,7 @@ LABELS = ["cat", "dog", "red car"]  # the class folders' names sort in this orde
 TEMPLATE = "a photo of a {}"
 ARCHITECTURE = ["--image-size", str(IMAGE), "--patch-size", "8", "--hidden-dim", "32", "--depth", "2", "--num-heads",
                 "4", "--mlp-dim", "64", "--pooling", "token", "--epochs", "1", "--batch-size", "4", "--tensorboard", "false", "--verbose", "0",
-                "--set", f"jit_compile={keras.backend.backend() == 'jax'}"]
+                "--set", f"jit_compile={JIT}"]
 
 
 @pytest.fixture(scope="module")

@@ -94,7 +94,7 @@ def test_evaluate_zero_shot_on_an_image_folder(setup, tmp_path, capsys):
     assert main(["evaluate", folder, "--zero-shot", "--data", str(tmp_path / "data"),
                  "--template", "a photo of {}"]) == 0
     out = capsys.readouterr().out
-    assert f"zero-shot on 9 images of 3 classes" in out and f"top-1 {expected:.4f}, top-5 1.0000" in out
+    assert "zero-shot on 9 images of 3 classes" in out and f"top-1 {expected:.4f}, top-5 1.0000" in out
     fails(["evaluate", folder, "--zero-shot"], capsys, "--zero-shot needs --data DIR")
     fails(["evaluate", folder, "--zero-shot", "--data", tmp_path / "data", "--template", "x"], capsys, "{}")
     fails(["evaluate", folder, "--template", "a {}"], capsys, "--template is for --zero-shot only")

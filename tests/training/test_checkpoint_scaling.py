@@ -16,6 +16,7 @@ from keras_vit.evaluation.classification import evaluate
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.preprocessing import CLIP_MEAN, CLIP_STD
+from tests.support import JIT
 from tests.support.commands import fails
 from tests.support.text import IMAGE, clip_folder
 
@@ -25,7 +26,7 @@ LABELS = ["cat", "dog"]
 RUN = ["--image-size", str(IMAGE), "--patch-size", "8", "--hidden-dim", "32", "--depth", "2", "--num-heads", "4",
        "--mlp-dim", "64", "--pooling", "token", "--epochs", "1", "--batch-size", "4", "--tensorboard", "false",
        "--verbose", "0", "--learning-rate", "0", "--set", "crop_area=1,1", "--set", "crop_aspect=1,1",
-       "--set", "flip=false", "--set", "label_smoothing=0", "--set", "drop_path=0", "--set", f"jit_compile={keras.backend.backend() == 'jax'}"]
+       "--set", "flip=false", "--set", "label_smoothing=0", "--set", "drop_path=0", "--set", f"jit_compile={JIT}"]
 
 
 def clip_view(images):

@@ -13,6 +13,7 @@ from keras_vit.training import recipe
 from keras_vit.training.config import NOT_ARCHITECTURE
 from keras_vit.training.dense import build_dense_model
 from keras_vit.variants import list_models
+from tests.support import JIT
 from tests.support.dense_data import write_shapes
 from tests.support.runs import weights_by_path
 
@@ -45,7 +46,7 @@ def test_a_family_model_trains_from_weights_on_the_command_line(tmp_path, capsys
             "--data", data, "--image-size", "28", "--patch-size", "14", "--hidden-dim", "16", "--depth", "1",
             "--num-heads", "2", "--mlp-dim", "32", "--steps", "1", "--batch-size", "2", "--freeze-backbone", "true",
             "--tensorboard", "false", "--verbose", "0", "--output-dir", out,
-            "--set", f"jit_compile={keras.backend.backend() == 'jax'}"]
+            "--set", f"jit_compile={JIT}"]
     assert main(args) == 0, capsys.readouterr().err
     dense = keras.saving.load_model(os.path.join(out, "final.keras"))
     got = weights_by_path(dense.get_layer("backbone"))

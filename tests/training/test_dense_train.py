@@ -10,6 +10,7 @@ import pytest
 
 from keras_vit.cli import main
 from keras_vit.training import recipe, train
+from tests.support import JIT
 from tests.support.dense_data import write_shapes
 from tests.support.runs import EveryStep, saved_weights
 
@@ -17,7 +18,7 @@ TINY = dict(
     image_size=32, patch_size=8, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64, batch_size=8,
     optimizer="adamw", learning_rate=3e-3, warmup_steps=2, weight_decay=0.0, drop_path=0.0, label_smoothing=0.0,
     crop_area=(0.5, 1.0), tensorboard=False, verbose=0, val_fraction=0.25, deterministic=True,
-    jit_compile=keras.backend.backend() == "jax",
+    jit_compile=JIT,
 )
 
 

@@ -14,10 +14,11 @@ import pytest
 import keras_vit
 from keras_vit.training import recipe, train
 from keras_vit.training.distill import distilling_model, load_teacher
+from tests.support import JIT
 from tests.support.commands import TINY_TRAIN_FLAGS, fails, run_quietly
 from tests.support.runs import EveryStep, saved_weights
 
-# Runs of a few steps: eager on every backend (compiling the steps costs more than they take).
+# Runs of a few steps (compiled on JAX only: `tests.support.JIT`).
 FEW_STEPS = ["--steps", "2", "--batch-size", "32", "--val-fraction", "0.05"]
 MEAN, STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])  # "dinov3": ImageNet's, bilinear
 
@@ -160,7 +161,7 @@ def _digits(count=240):
 def test_a_killed_run_resumes_to_the_uninterrupted_weights(saved, tmp_path):
     """Feature distillation: the projection is trained state too; the teacher is reloaded."""
     run = dict(image_size=8, patch_size=2, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, batch_size=32, epochs=2,
-               warmup_steps=1, tensorboard=False, verbose=0, deterministic=True, jit_compile=False,
+               warmup_steps=1, tensorboard=False, verbose=0, deterministic=True, jit_compile=JIT,
                teacher=saved.teacher8, distill="feature", val_fraction=0.2)
     data = _digits()
     whole = train("digits", data=data, output_dir=str(tmp_path / "whole"), **run)

@@ -12,9 +12,9 @@ import pytest
 
 import keras_vit
 from keras_vit.training import ema, optim, pretrain, train
+from tests.support import JIT
 from tests.support.runs import EveryStep, exponential_average, saved_weights, weights_by_path
 
-JIT = keras.backend.backend() == "jax"
 DECAY = 0.7
 
 

@@ -8,17 +8,17 @@ import json
 import math
 import re
 
-import keras
 import pytest
 
 from keras_vit.cli import main
 from keras_vit.training import TrainConfig, pretrain, recipe, train
 from keras_vit.training.pretrain import build_encoder
+from tests.support import JIT
 from tests.support.commands import fails
 
 TINY = dict(
     model="custom", patch_size=2, hidden_dim=16, depth=1, num_heads=2, mlp_dim=32, image_size=8, batch_size=32,
-    crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), tensorboard=False, jit_compile=keras.backend.backend() == "jax",
+    crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), tensorboard=False, jit_compile=JIT,
 )
 
 

@@ -13,6 +13,7 @@ from keras_vit.cli import main
 from keras_vit.layers import ResNetV2Stem
 from keras_vit.training import layer_decay, optim, recipe, train
 from keras_vit.training.recipes import TrainConfig
+from tests.support import JIT
 from tests.support.commands import TINY_TRAIN_FLAGS
 from tests.support.models import randomize
 
@@ -142,7 +143,7 @@ def test_composes_with_schedule_clipping_and_accumulation(name, rng):
         opt = optim.build_optimizer(
             name, schedule, momentum=0.9, weight_decay=0.05, clipnorm=0.5, accumulation_steps=2, lr_scales=lr_scales
         )
-        model.compile(opt, keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+        model.compile(opt, keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=JIT)
         before = values(model.trainable_variables)
         model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
         return model.trainable_variables, [a - b for a, b in zip(values(model.trainable_variables), before)]
@@ -164,7 +165,7 @@ def test_train_builds_the_layer_decay_optimizer(tmp_path, rng):
     config = recipe(
         "digits", image_size=8, patch_size=4, hidden_dim=16, depth=DEPTH, num_heads=2, mlp_dim=32, batch_size=8,
         steps=1, warmup_steps=0, crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), tensorboard=False, verbose=0,
-        jit_compile=False, output_dir=str(tmp_path / "run"), layer_decay=DECAY,
+        jit_compile=JIT, output_dir=str(tmp_path / "run"), layer_decay=DECAY,
     )
     data = (rng.integers(0, 256, (24, 8, 8, 3)).astype("uint8"), np.arange(24) % 3)
     result = train(config, data=data, callbacks=[Record()])

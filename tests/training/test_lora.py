@@ -7,6 +7,7 @@ import pytest
 import keras
 import keras_vit
 from keras_vit.lora import adapter as lora
+from tests.support import JIT
 from tests.support.runs import EveryStep, saved_weights
 
 ARCH = dict(patch_size=4, hidden_dim=16, depth=2, num_heads=2, mlp_dim=32)
@@ -110,7 +111,7 @@ def test_a_stopped_run_resumed_equals_an_uninterrupted_one(mode, tmp_path):
         return fresh
 
     options = dict(steps=6, batch_size=32, reference_batch_size=32, image_size=8, warmup_steps=0, checkpoint_every=2,
-                   deterministic=True, tensorboard=False, verbose=0, jit_compile=keras.backend.backend() == "jax")
+                   deterministic=True, tensorboard=False, verbose=0, jit_compile=JIT)
     options.update({"lora_rank": 2, "ema_decay": 0.8} if mode == "lora" else {"linear_probe": True})
     whole = train("digits", model=model(), output_dir=str(tmp_path / "whole"), **options)
     with pytest.raises(KeyboardInterrupt):

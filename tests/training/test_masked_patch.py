@@ -13,11 +13,12 @@ from keras_vit.training import masked_patch as mp
 from keras_vit.training import pretrain, recipe
 from keras_vit.training.pretrain import build_encoder
 from keras_vit.training.trainer import build_model
+from tests.support import JIT
 
 ARCH = dict(patch_size=2, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64)
 TINY = dict(
     model="custom", **ARCH, image_size=8, batch_size=32, steps=4, warmup_steps=1, crop_area=(1.0, 1.0),
-    crop_aspect=(1.0, 1.0), tensorboard=False, verbose=0, jit_compile=keras.backend.backend() == "jax",
+    crop_aspect=(1.0, 1.0), tensorboard=False, verbose=0, jit_compile=JIT,
 )
 
 
@@ -189,7 +190,7 @@ def test_pretrain_writes_an_encoder_that_fine_tuning_loads(tmp_path):
 def test_cli_pretrain_then_train_from_the_encoder(tmp_path, capsys):
     flags = ["--image-size", "8", "--patch-size", "2", "--hidden-dim", "32", "--depth", "2", "--num-heads", "2",
              "--mlp-dim", "64", "--steps", "2", "--batch-size", "32", "--tensorboard", "false", "--verbose", "0",
-             "--set", f"jit_compile={keras.backend.backend() == 'jax'}"]
+             "--set", f"jit_compile={JIT}"]
     pre = tmp_path / "pre"
     assert main(["pretrain", "--output-dir", str(pre), "--mask-rate", "0.4", *flags]) == 0
     assert f"Saved the encoder to {pre}/encoder.keras" in capsys.readouterr().out

@@ -10,9 +10,9 @@ import pytest
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.training import optim, recipe, train
+from tests.support import JIT
 from tests.support.runs import EveryStep, saved_weights
 
-JIT = keras.backend.backend() == "jax"
 HIDDEN = {f"encoder/encoderblock_0/{name}/kernel"
           for name in ("attention/qkv", "attention/out", "mlp/dense_0", "mlp/dense_1")}
 LR, MOMENTUM, BETAS, DECAY = 0.05, 0.9, (0.8, 0.95), 0.1

@@ -3,7 +3,6 @@ every example equal to `keras_vit.naflex_inputs` of its image under its batch's 
 and mask exactly, pixels within resize round-off), the budgets and batch sizes of timm's loader,
 resumption at any batch, and `fit` of a tiny NaFlex model through `train`."""
 
-import keras
 import numpy as np
 import pytest
 

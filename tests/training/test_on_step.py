@@ -9,6 +9,7 @@ from keras_vit.training import on_step
 from keras_vit.data import augment
 from keras_vit.data import sources as data
 from keras_vit.data import pipeline
+from tests.support import JIT
 
 # Rows: MixUp at 0.3 (no box), CutMix of rows 1-2 x columns 0-2 (box edges between pixels),
 # CutMix of an empty box, MixUp at 1.0 (itself only), CutMix of the whole image.
@@ -156,7 +157,7 @@ def test_saved_models_predict_as_with_host_scaling(tmp_path, monkeypatch):
         "digits", image_size=8, patch_size=2, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64, batch_size=64,
         learning_rate=1e-2, warmup_steps=2, weight_decay=0.0, drop_path=0.0, label_smoothing=0.0, epochs=1,
         crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), tensorboard=False, verbose=0, val_fraction=0.2,
-        jit_compile=keras.backend.backend() == "jax",
+        jit_compile=JIT,
     )
     probe = preprocess_input(np.repeat(images[:16, :, :, None], 3, axis=-1).astype("float32"))
 

@@ -8,19 +8,19 @@ import os
 import shutil
 
 import h5py
-import keras
 import pytest
 
 from keras_vit.training import checkpointing, engine
 from keras_vit.training.config import MODEL, TrainConfig
 from keras_vit.training.recipes import recipe
 from keras_vit.training.trainer import Classification
+from tests.support import JIT
 from tests.support.commands import run_quietly, snapshot
 
 FLAGS = [
     "--image-size", "8", "--patch-size", "4", "--hidden-dim", "16", "--depth", "1", "--num-heads", "2",
     "--mlp-dim", "16", "--batch-size", "32", "--tensorboard", "false", "--verbose", "0",
-    "--set", f"jit_compile={keras.backend.backend() == 'jax'}",
+    "--set", f"jit_compile={JIT}",
 ]
 NAFLEX = ["--set", "naflex_seq_lens=4,8", "--set", "class_token=false", "--pooling", "avg"]
 

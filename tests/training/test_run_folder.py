@@ -23,9 +23,9 @@ from keras_vit.utils import files
 from keras_vit.cli import main
 from keras_vit.preprocessing import preprocessing
 from keras_vit.training import pretrain, train
+from tests.support import JIT
 from tests.support.commands import fails
 
-JIT = keras.backend.backend() == "jax"
 TINY_FLAGS = [
     "--image-size", "8", "--patch-size", "4", "--hidden-dim", "16", "--depth", "1", "--num-heads", "2",
     "--mlp-dim", "16", "--steps", "1", "--batch-size", "32", "--tensorboard", "false", "--verbose", "0",

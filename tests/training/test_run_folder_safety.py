@@ -16,13 +16,13 @@ import pytest
 
 from keras_vit import run_folder
 from keras_vit.utils import files
-from keras_vit.training import checkpointing
+from tests.support import JIT
 from tests.support.commands import run_quietly, snapshot
 
 FLAGS = [
     "--image-size", "8", "--patch-size", "4", "--hidden-dim", "16", "--depth", "1", "--num-heads", "2",
     "--mlp-dim", "16", "--batch-size", "32", "--tensorboard", "false", "--verbose", "0",
-    "--set", f"jit_compile={keras.backend.backend() == 'jax'}",
+    "--set", f"jit_compile={JIT}",
 ]
 
 

@@ -14,6 +14,7 @@ import pytest
 import keras_vit
 from keras_vit.utils import files
 from keras_vit.training import TrainingDiverged, optim, recipe, train
+from tests.support import JIT
 
 # A tiny ViT on the 8x8 digits themselves: 16 tokens of 2x2 pixels, width 48, depth 2, no
 # augmentation or regularisation (fast to fit).
@@ -22,7 +23,7 @@ TINY = dict(
     batch_size=64, learning_rate=1e-2, warmup_steps=10, weight_decay=0.0, drop_path=0.0, label_smoothing=0.0,
     crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), tensorboard=False, verbose=0,
     # XLA compilation costs TensorFlow more than these few steps gain; JAX always compiles.
-    jit_compile=keras.backend.backend() == "jax",
+    jit_compile=JIT,
 )
 
 

@@ -7,7 +7,6 @@ Both are renamed to timm's `VisionTransformer` names and read through its table;
 position embeddings (rotary, period 100) nor records its heads (see `known_num_heads`).
 `export(format="timm_dinov3")` writes timm's layout (`_qkvb` names where the model has q / v biases)."""
 
-import dataclasses
 import re
 
 import numpy as np

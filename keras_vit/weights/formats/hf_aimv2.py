@@ -6,8 +6,6 @@ table, or MAE's fixed sin-cos table in the native-resolution models (`is_native`
 `sincos_form="mae"`), and the attention-pooling head whose probe is the query itself
 (`map_head="aimv2"`)."""
 
-import dataclasses
-
 import numpy as np
 
 from keras_vit.weights.canonical import ATTN, EMBEDDING_NORM, MAP, MAP_ATTN, POSEMB, QKV, Metadata
