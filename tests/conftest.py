@@ -2,6 +2,7 @@
 network, and the run-once rule of the tests marked `backend_independent`."""
 
 import atexit
+import gc
 import os
 import shutil
 import socket
@@ -71,3 +72,26 @@ def _isolated(tmp_path_factory, monkeypatch):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+
+def _freeze():
+    """Collects, then moves what is left into the permanent generation (`gc.freeze`)."""
+    gc.collect()
+    gc.freeze()
+
+
+# Python's full garbage collections scan every object alive, and Keras starts one at each variable
+# it deletes (`model.quantize`). Most of what is alive stays so to the end: the imported modules
+# (Keras, the backends, the tests) and the backends' caches of traced and compiled programs. Frozen
+# after collection and after each test module (its module-scoped fixtures gone), they are not
+# scanned again, only what the next tests make.
+def pytest_collection_finish(session):
+    _freeze()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    if nextitem is None or nextitem.module is not item.module:
+        _freeze()
