@@ -342,15 +342,40 @@ def tfds_builder(name, data_dir):
 
     try:
         return tfds.builder(name, data_dir=data_dir)
-    except tfds.core.DatasetNotFoundError:
+    except (tfds.core.DatasetNotFoundError, ValueError, AssertionError) as error:  # unknown; unparsable; bad version
         close = difflib.get_close_matches(name.split("/")[0], tfds.list_builders(), n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
+        reason = "" if isinstance(error, tfds.core.DatasetNotFoundError) else f" ({first_line(error)})"
         raise ValueError(
-            f"Unknown dataset {name!r}: not 'digits', an existing image folder or .npz file, nor "
+            f"Unknown dataset {name!r}{reason}: not 'digits', an existing image folder or .npz file, nor "
             f"a tensorflow-datasets name.{hint} Valid names: `python -c \"import "
             "tensorflow_datasets as tfds; print(tfds.list_builders())\"` or "
             "https://www.tensorflow.org/datasets/catalog/overview."
         ) from None
+
+
+def first_line(error):
+    """The first line of an error's message (tensorflow-datasets' run over several)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def read_tfds_split(builder, name, split, splits, shuffle, seed):
+    """The `tf.data` dataset of `split` of a prepared `builder` (`splits`: its known split names,
+    empty where its metadata does not say, e.g. mocked); a split name tensorflow-datasets cannot
+    parse, or one that selects no examples, is a one-line ValueError naming the known splits."""
+    import tensorflow_datasets as tfds
+
+    where = f"Split {split!r} of {name!r}"
+    known = f"known splits: {sorted(splits)}; slices as 'train[:80%]', 'train[10:20]'"
+    try:
+        if splits and builder.info.splits[split].num_examples <= 0:
+            raise ValueError(f"{where} holds no examples ({known}).")
+        config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=True)
+        return builder.as_dataset(split=split, shuffle_files=shuffle, read_config=config)
+    except (ValueError, KeyError) as error:
+        if str(error).startswith(where):
+            raise
+        raise ValueError(f"{where}: {first_line(error)} ({known}).") from None
 
 
 def _features(builder):
@@ -425,8 +450,6 @@ def from_tfds(
     seed=0,
 ):
     """A `Source` from a tensorflow-datasets image-classification dataset."""
-    import tensorflow_datasets as tfds
-
     builder = tfds_builder(name, data_dir or os.environ.get("TFDS_DATA_DIR"))
     image_key, label_key = _features(builder)
     prepare_tfds(builder, name, manual_dir, download)
@@ -434,11 +457,7 @@ def from_tfds(
     train_split, val_split = tfds_splits(splits, train_split, val_split, val_fraction)
 
     def read(split, shuffle):
-        config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=True)
-        try:
-            ds = builder.as_dataset(split=split, shuffle_files=shuffle, read_config=config)
-        except (ValueError, KeyError) as error:
-            raise ValueError(f"Split {split!r} of {name!r}: {error} (known splits: {sorted(splits)}).") from None
+        ds = read_tfds_split(builder, name, split, splits, shuffle, seed)
         return ds.map(lambda ex: (ex[image_key], ex[label_key]), num_parallel_calls=tf.data.AUTOTUNE)
 
     train, validation = read(train_split, True), read(val_split, False)

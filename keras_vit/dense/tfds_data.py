@@ -16,7 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import augment
-from keras_vit.data.sources import prepare_tfds, tfds_builder, tfds_size, tfds_splits, VAL_FRACTION
+from keras_vit.data.sources import (prepare_tfds, read_tfds_split, tfds_builder, tfds_size, tfds_splits,
+                                    VAL_FRACTION)
 from keras_vit.dense.data import IGNORE, DenseSource
 
 # Cityscapes' 19 evaluation classes: their `labelIds` (the gtFine PNGs tensorflow-datasets stores) -> train id
@@ -110,8 +111,6 @@ def load_tfds_source(name, task, *, val_fraction=None, seed=0, data_dir=None, ma
                      train_split=None, val_split=None):
     """The `DenseSource` of the tensorflow-datasets builder `name` for `task`: its splits as datasets of
     `(image, target)` pairs."""
-    import tensorflow_datasets as tfds
-
     spec = builder_spec(name, task)
     builder = tfds_builder(name, data_dir or os.environ.get("TFDS_DATA_DIR"))
     features = builder.info.features
@@ -124,11 +123,7 @@ def load_tfds_source(name, task, *, val_fraction=None, seed=0, data_dir=None, ma
                                          VAL_FRACTION if val_fraction is None else val_fraction)
 
     def read(split, shuffle):
-        config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=True)
-        try:
-            ds = builder.as_dataset(split=split, shuffle_files=shuffle, read_config=config)
-        except (ValueError, KeyError) as error:
-            raise ValueError(f"Split {split!r} of {name!r}: {error} (known splits: {sorted(splits)}).") from None
+        ds = read_tfds_split(builder, name, split, splits, shuffle, seed)
         return ds.map(pair_of(spec), num_parallel_calls=tf.data.AUTOTUNE)
 
     train, validation = read(train_split, True), read(val_split, False)
