@@ -106,7 +106,7 @@ def load_source(
         return from_npz(data, val_fraction=val_fraction, seed=seed)
     if os.path.isdir(data):
         return from_folder(data, val_fraction=val_fraction, on_corrupt=on_corrupt, seed=seed)
-    if os.sep in data and not os.path.exists(data):
+    if os.sep in data and not os.path.exists(data) and not is_builder_config(data):
         raise FileNotFoundError(f"No such image folder: {data}")
     return from_tfds(
         data,
@@ -336,6 +336,13 @@ def from_folder(root, *, val_fraction=VAL_FRACTION, on_corrupt="skip", seed=0):
 # --------------------------------------------------------------------------- tensorflow-datasets
 
 
+def is_builder_config(data):
+    """Whether `data` (no file or folder) names a tensorflow-datasets builder's config, `BUILDER/CONFIG`."""
+    import tensorflow_datasets as tfds
+
+    return "/" in data and data.split("/")[0] in tfds.list_builders(with_community_datasets=False)
+
+
 def tfds_builder(name, data_dir):
     """The tensorflow-datasets builder `name` (`NAME[/CONFIG]`); ValueError naming close names."""
     import tensorflow_datasets as tfds
@@ -343,7 +350,8 @@ def tfds_builder(name, data_dir):
     try:
         return tfds.builder(name, data_dir=data_dir)
     except (tfds.core.DatasetNotFoundError, ValueError, AssertionError) as error:  # unknown; unparsable; bad version
-        close = difflib.get_close_matches(name.split("/")[0], tfds.list_builders(), n=3)
+        known = tfds.list_builders(with_community_datasets=False)  # the community's list is fetched: offline, slow
+        close = difflib.get_close_matches(name.split("/")[0], known, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         reason = "" if isinstance(error, tfds.core.DatasetNotFoundError) else f" ({first_line(error)})"
         raise ValueError(

@@ -229,11 +229,13 @@ def tfds_dir(tmp_path_factory):
     ("dummy_mnist", {"val_split": "bogus"}, "Unknown split 'bogus'"),
     ("", {}, "Unknown dataset '' (Parsing builder name string  failed.)"),
     ("cifar10:99.0.0", {}, "cannot be loaded at version 99.0.0"),
+    ("cifar10/no_such_config", {}, "BuilderConfig no_such_config not found"),
 ])
 def test_bad_split_and_builder_names_are_refused_in_one_line(tfds_dir, name, splits, expected):
     """A slice tensorflow-datasets cannot parse was refused over two lines, an empty one
     (`train[5:2]`) failed in TensorFlow when counted; an empty builder name was refused over 19
-    lines, an unknown version with an AssertionError."""
+    lines, an unknown version with an AssertionError, and a `BUILDER/CONFIG` name taken for a
+    missing image folder."""
     from keras_vit import data
 
     with pytest.raises(ValueError) as error:
