@@ -58,6 +58,8 @@ QUICK = (
     "tests/weights/test_errors.py",
     "tests/weights/test_integrity.py::test_corrupt_npz_member_fails_load_and_convert",
     "tests/weights/test_download.py::test_download_checks_hash_and_caches",
+    "tests/weights/test_hostile_new_readers.py::test_open_clip_preprocess_cfg_mean_and_std",
+    "tests/weights/test_hostile_new_readers.py::test_head_files_damaged_or_of_other_dtypes_are_refused_in_one_line",
     "tests/inspect/test_inspect.py::test_patch_embedding_components",
     "tests/inspect/test_inspect.py::test_attention_rollout_maps",
     "tests/inference/test_hostile_inputs.py",

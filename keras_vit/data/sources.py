@@ -106,7 +106,7 @@ def load_source(
         return from_npz(data, val_fraction=val_fraction, seed=seed)
     if os.path.isdir(data):
         return from_folder(data, val_fraction=val_fraction, on_corrupt=on_corrupt, seed=seed)
-    if os.sep in data and not os.path.exists(data):
+    if os.sep in data and not os.path.exists(data) and not is_builder_config(data):
         raise FileNotFoundError(f"No such image folder: {data}")
     return from_tfds(
         data,
@@ -336,21 +336,54 @@ def from_folder(root, *, val_fraction=VAL_FRACTION, on_corrupt="skip", seed=0):
 # --------------------------------------------------------------------------- tensorflow-datasets
 
 
+def is_builder_config(data):
+    """Whether `data` (no file or folder) names a tensorflow-datasets builder's config, `BUILDER/CONFIG`."""
+    import tensorflow_datasets as tfds
+
+    return "/" in data and data.split("/")[0] in tfds.list_builders(with_community_datasets=False)
+
+
 def tfds_builder(name, data_dir):
     """The tensorflow-datasets builder `name` (`NAME[/CONFIG]`); ValueError naming close names."""
     import tensorflow_datasets as tfds
 
     try:
         return tfds.builder(name, data_dir=data_dir)
-    except tfds.core.DatasetNotFoundError:
-        close = difflib.get_close_matches(name.split("/")[0], tfds.list_builders(), n=3)
+    except (tfds.core.DatasetNotFoundError, ValueError, AssertionError) as error:  # unknown; unparsable; bad version
+        known = tfds.list_builders(with_community_datasets=False)  # the community's list is fetched: offline, slow
+        close = difflib.get_close_matches(name.split("/")[0], known, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
+        reason = "" if isinstance(error, tfds.core.DatasetNotFoundError) else f" ({first_line(error)})"
         raise ValueError(
-            f"Unknown dataset {name!r}: not 'digits', an existing image folder or .npz file, nor "
+            f"Unknown dataset {name!r}{reason}: not 'digits', an existing image folder or .npz file, nor "
             f"a tensorflow-datasets name.{hint} Valid names: `python -c \"import "
             "tensorflow_datasets as tfds; print(tfds.list_builders())\"` or "
             "https://www.tensorflow.org/datasets/catalog/overview."
         ) from None
+
+
+def first_line(error):
+    """The first line of an error's message (tensorflow-datasets' run over several)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def read_tfds_split(builder, name, split, splits, shuffle, seed):
+    """The `tf.data` dataset of `split` of a prepared `builder` (`splits`: its known split names,
+    empty where its metadata does not say, e.g. mocked); a split name tensorflow-datasets cannot
+    parse, or one that selects no examples, is a one-line ValueError naming the known splits."""
+    import tensorflow_datasets as tfds
+
+    where = f"Split {split!r} of {name!r}"
+    known = f"known splits: {sorted(splits)}; slices as 'train[:80%]', 'train[10:20]'"
+    try:
+        if splits and builder.info.splits[split].num_examples <= 0:
+            raise ValueError(f"{where} holds no examples ({known}).")
+        config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=True)
+        return builder.as_dataset(split=split, shuffle_files=shuffle, read_config=config)
+    except (ValueError, KeyError) as error:
+        if str(error).startswith(where):
+            raise
+        raise ValueError(f"{where}: {first_line(error)} ({known}).") from None
 
 
 def _features(builder):
@@ -416,17 +449,10 @@ def tfds_size(dataset):
 def read_tfds(builder, name, train_split, val_split, val_fraction, seed, to_pair):
     """`(train, validation), (train size, validation size)`: the prepared `builder`'s two splits
     (`tfds_splits`) as datasets of `to_pair(example)`, the train split's files shuffled by `seed`."""
-    import tensorflow_datasets as tfds
-
     splits = set(builder.info.splits.keys())
-    config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=True)
-    datasets = []
-    for split, shuffle in zip(tfds_splits(splits, train_split, val_split, val_fraction), (True, False)):
-        try:
-            dataset = builder.as_dataset(split=split, shuffle_files=shuffle, read_config=config)
-        except (ValueError, KeyError) as error:
-            raise ValueError(f"Split {split!r} of {name!r}: {error} (known splits: {sorted(splits)}).") from None
-        datasets.append(dataset.map(to_pair, num_parallel_calls=tf.data.AUTOTUNE))
+    chosen = tfds_splits(splits, train_split, val_split, val_fraction)
+    datasets = [read_tfds_split(builder, name, split, splits, shuffle, seed).map(to_pair, num_parallel_calls=tf.data.AUTOTUNE)
+                for split, shuffle in zip(chosen, (True, False))]
     return tuple(datasets), tuple(tfds_size(dataset) for dataset in datasets)
 
 

@@ -29,7 +29,12 @@ def head_tensors(tensors, path):
     if other:
         raise ValueError(f"{path}: keys outside the decode head ({', '.join(other[:4])}{', ...' if len(other) > 4 else ''}); "
                          "keras_vit reads DINOv2's head files, whose keys are all 'decode_head.*'.")
-    return {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
+    tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
+    odd = next((k for k, v in tensors.items() if v.dtype.kind != "f"), None)
+    if odd is not None:
+        raise ValueError(f"{path}: {odd} is {tensors[odd].dtype}; accepted: float16, bfloat16, float32 or float64 "
+                         "weights.")
+    return tensors
 
 
 def head_args(tensors, path, width, depth, num_classes=None, layers=None, class_token=False):
@@ -40,7 +45,7 @@ def head_args(tensors, path, width, depth, num_classes=None, layers=None, class_
         raise ValueError(f"{path}: {CONV} has shape {shape}; a 1x1 convolution's is (classes, in_channels, 1, 1).")
     classes, channels = shape[:2]
     if num_classes is not None and num_classes != classes:
-        raise ValueError(f"{path} predicts {classes} classes, not num_classes={num_classes}.")
+        raise ValueError(f"{path} predicts {classes} classes, not num_classes={num_classes!r}.")
     per_block = width * (2 if class_token else 1)
     what = f"{'2 x ' if class_token else ''}the backbone's width {width}"
     if layers is None:

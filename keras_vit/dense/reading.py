@@ -44,7 +44,7 @@ def from_checkpoint(source, force_download=False, *, backbone=None, **builder_ar
         return head_model(raw, backbone, **builder_args)
     if entry is not None:
         source = fetch_folder(entry, force_download)
-    if isinstance(source, (str, os.PathLike)) and os.path.exists(source):
+    if isinstance(source, (str, os.PathLike)) and os.path.lexists(source):  # a loop or a broken link: named
         raw = containers.open_checkpoint(source)
         if layout_of(raw.meta.get("config")) is not None:
             return dense_from_raw(raw, **builder_args)

@@ -71,6 +71,15 @@ def from_preprocessor_config(config, path="preprocessor_config.json"):
     return ImageProcessing(size, shortest, crop, RESAMPLE[resample], rescale, tuple(mean), tuple(std))
 
 
+def _rgb(value):
+    """A mean / std of OpenCLIP's `preprocess_cfg` (one number, as its `image_transform` takes, or three) as
+    three floats; None for anything else."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if len(values) not in (1, 3) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return None
+    return tuple(float(v) for v in values) * (3 // len(values))
+
+
 def from_open_clip_config(config, path="open_clip_config.json"):
     """The `ImageProcessing` of an `open_clip_config.json` (OpenCLIP's `image_transform` for
     evaluation): `preprocess_cfg`'s size (else `vision_cfg.image_size`), `resize_mode` "shortest"
@@ -78,16 +87,21 @@ def from_open_clip_config(config, path="open_clip_config.json"):
     (default OpenAI's)."""
     model = config.get("model_cfg") if isinstance(config.get("model_cfg"), dict) else {}
     vision = model.get("vision_cfg") if isinstance(model.get("vision_cfg"), dict) else {}
-    pre = config.get("preprocess_cfg") if isinstance(config.get("preprocess_cfg"), dict) else {}
+    pre = config.get("preprocess_cfg") or {}
+    if not isinstance(pre, dict):
+        raise ValueError(f"{path}: preprocess_cfg is not a JSON object.")
     size, mode = pre.get("size", vision.get("image_size", 224)), pre.get("resize_mode", "shortest")
     interpolation = pre.get("interpolation", "bicubic")
     side = size[0] if isinstance(size, (list, tuple)) and len(size) == 2 and size[0] == size[1] else size
+    clip = preprocessing_of("clip")
+    mean, std = _rgb(pre.get("mean", clip.mean)), _rgb(pre.get("std", clip.std))
+    if mean is None or std is None or min(std) <= 0:
+        raise ValueError(f"{path}: preprocess_cfg mean={pre.get('mean')!r}, std={pre.get('std')!r}; expected a number "
+                         "or three (RGB) each, std > 0.")
     if interpolation not in RESAMPLE.values() or mode not in ("shortest", "squash") or not (
             isinstance(side, int) and not isinstance(side, bool) and side > 0):
         raise ValueError(f"{path}: preprocess_cfg size={size!r}, resize_mode={mode!r}, interpolation={interpolation!r}; "
                          "expected a square size, resize_mode 'shortest' or 'squash', interpolation bicubic or bilinear.")
-    clip = preprocessing_of("clip")
-    mean, std = tuple(pre.get("mean", clip.mean)), tuple(pre.get("std", clip.std))
     if mode == "squash":
         return ImageProcessing((side, side), None, None, interpolation, 1 / 255, mean, std)
     return ImageProcessing(None, side, side, interpolation, 1 / 255, mean, std)

@@ -100,7 +100,7 @@ def _token(value):
 
 def _file(folder, name):
     path = os.path.join(folder, name)
-    return regular_file(path, "as a tokenizer file") if os.path.exists(path) else None
+    return regular_file(path, "as a tokenizer file") if os.path.lexists(path) else None  # a loop: named
 
 
 class Tokenizer:

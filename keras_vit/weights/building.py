@@ -76,7 +76,13 @@ def check_architecture(ckpt, config):
         problems.append(_mismatch(ckpt, "pre_logits/kernel", (d, config.representation_size)))
     problems = [p for p in problems if p]
     if problems:
-        raise ValueError(f"Checkpoint {ckpt.path} does not fit the model:\n  " + "\n  ".join(problems))
+        _refuse(ckpt, problems)
+
+
+def _refuse(ckpt, problems):
+    """Raises one ValueError line naming the first eight `problems` of fitting `ckpt` to a model."""
+    more = f"; and {len(problems) - 8} more" if len(problems) > 8 else ""
+    raise ValueError(f"Checkpoint {ckpt.path} does not fit the model: {'; '.join(problems[:8])}{more}.")
 
 
 def select_head(ckpt, config):
@@ -158,7 +164,7 @@ def assign(model, ckpt, tensors, new=(), table=None):
                 f"expects {tuple(variable.shape)}"
             )
     if problems:
-        raise ValueError(f"Checkpoint {ckpt.path} does not fit the model:\n  " + "\n  ".join(problems))
+        _refuse(ckpt, problems)
     for path, variable in by_path.items():
         if path in values:
             variable.assign(values[path].load().astype(variable.dtype, copy=False))

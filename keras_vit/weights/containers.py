@@ -475,7 +475,7 @@ def _sibling_config(path):
 
 def _open_clip_config(folder):
     path = os.path.join(folder, OPEN_CLIP_CONFIG)
-    return {"open_clip_config": read_json(path)} if os.path.isfile(path) else {}
+    return {"open_clip_config": read_json(path)} if os.path.lexists(path) else {}  # a FIFO, folder or loop: refused
 
 
 def _read_weights_file(path):

@@ -46,6 +46,8 @@ class LazyArray:
         return LazyArray(shape, self.dtype, lambda: fn(self.load()), self.source)
 
     def transpose(self, *axes):
+        if len(axes) != len(self.shape):
+            raise ValueError(f"{self.source}: shape {self.shape} has {len(self.shape)} axes; expected {len(axes)}.")
         return self._derive([self.shape[a] for a in axes], lambda a: np.transpose(a, axes))
 
     def reshape(self, *shape):
@@ -138,12 +140,14 @@ class FileArray(LazyArray):
 
 
 def concat(arrays, axis=0, source=None):
-    """Lazy `np.concatenate(arrays, axis)`."""
+    """Lazy `np.concatenate(arrays, axis)`; declared of a part's dtype that is not floating point, if
+    any, so that `Checkpoint.check` refuses it rather than a promotion hiding it."""
     shape = list(arrays[0].shape)
     shape[axis] = sum(a.shape[axis] for a in arrays)
+    dtypes = [a.dtype for a in arrays]
     return LazyArray(
         shape,
-        np.result_type(*[a.dtype for a in arrays]),
+        next((d for d in dtypes if d.kind != "f"), np.result_type(*dtypes)),
         lambda: np.concatenate([a.load() for a in arrays], axis=axis),
         source or " + ".join(a.source for a in arrays),
     )

@@ -8,36 +8,13 @@ import numpy as np
 import pytest
 
 import keras_vit
+from tests.support.dense import head_state, write_head
 
 torch = pytest.importorskip("torch")
 
 WIDTH, DEPTH, PATCH, EPS = 16, 4, 14, 1e-5  # EPS: SyncBatchNorm's default, DINOv2's configs set no other
 TINY = dict(hidden_dim=WIDTH, depth=DEPTH, num_heads=2, mlp_dim=32, input_shape=(None, None, 3), include_top=False,
             pooling=None, weights=None)
-
-
-def head_state(in_channels, classes, seed=0):
-    """The tensors of an mmseg `BNHead` (`decode_head.*`), random."""
-    rng = np.random.default_rng(seed)
-    arrays = {
-        "conv_seg.weight": 0.3 * rng.standard_normal((classes, in_channels, 1, 1)),
-        "conv_seg.bias": 0.1 * rng.standard_normal(classes),
-        "bn.weight": 1 + 0.2 * rng.standard_normal(in_channels),
-        "bn.bias": 0.2 * rng.standard_normal(in_channels),
-        "bn.running_mean": 0.5 * rng.standard_normal(in_channels),
-        "bn.running_var": rng.uniform(0.5, 2.0, in_channels),
-    }
-    state = {f"decode_head.{k}": torch.tensor(v, dtype=torch.float32) for k, v in arrays.items()}
-    state["decode_head.bn.num_batches_tracked"] = torch.tensor(40000)
-    return state
-
-
-def write_head(path, state):
-    """A head file as DINOv2 publishes it: mmseg's `{"state_dict": ..., "meta": ...}`."""
-    meta = {"mmseg_version": "0.27.0", "CLASSES": tuple(f"c{i}" for i in range(len(state["decode_head.conv_seg.bias"]))),
-            "iter": 40000}
-    torch.save({"state_dict": state, "meta": meta}, path)
-    return str(path)
 
 
 def bilinear(x, size):

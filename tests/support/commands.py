@@ -3,6 +3,9 @@
 import contextlib
 import io
 import os
+import subprocess
+import sys
+import textwrap
 
 from keras_vit.cli import main
 from tests.support import JIT
@@ -44,3 +47,19 @@ def snapshot(folder):
             with open(os.path.join(root, name), "rb") as handle:
                 found[os.path.relpath(os.path.join(root, name), folder)] = handle.read()
     return found
+
+
+def run_limited(argv, limit_gib=3, timeout=120):
+    """The CLI in a subprocess, once per list of `argv`, under an address-space limit of
+    `limit_gib` GiB (a regression raises MemoryError there instead of exhausting the machine)
+    and a time limit (a hang fails the test); prints "rc CODE" per command."""
+    limit = int(limit_gib * 2**30)
+    script = textwrap.dedent(f"""
+        import resource, sys
+        sys.argv = ["keras-vit"]  # as the command line runs: no Keras until a command needs a model
+        resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+        from keras_vit.cli import main
+        for argv in {[[str(a) for a in args] for args in argv]!r}:
+            print("rc", main(argv), flush=True)
+    """)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)

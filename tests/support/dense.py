@@ -1,5 +1,6 @@
 """Tiny transformers dense models (Depth Anything, DPT on a DINOv2 backbone) with O(1) random
-weights, written as `save_pretrained` folders, and their `predicted_depth` for NHWC images."""
+weights, written as `save_pretrained` folders, and their `predicted_depth` for NHWC images; DINOv2's
+linear segmentation head files (mmseg `BNHead` state dicts) with random weights."""
 
 import numpy as np
 
@@ -61,3 +62,31 @@ def predicted_depth(model, images):
 
     with torch.no_grad():
         return model(torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))).predicted_depth.numpy()
+
+
+def head_state(in_channels, classes, seed=0):
+    """The tensors of an mmseg `BNHead` (`decode_head.*`, DINOv2's linear segmentation head), random."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    arrays = {
+        "conv_seg.weight": 0.3 * rng.standard_normal((classes, in_channels, 1, 1)),
+        "conv_seg.bias": 0.1 * rng.standard_normal(classes),
+        "bn.weight": 1 + 0.2 * rng.standard_normal(in_channels),
+        "bn.bias": 0.2 * rng.standard_normal(in_channels),
+        "bn.running_mean": 0.5 * rng.standard_normal(in_channels),
+        "bn.running_var": rng.uniform(0.5, 2.0, in_channels),
+    }
+    state = {f"decode_head.{k}": torch.tensor(v, dtype=torch.float32) for k, v in arrays.items()}
+    state["decode_head.bn.num_batches_tracked"] = torch.tensor(40000)
+    return state
+
+
+def write_head(path, state):
+    """A head file as DINOv2 publishes it: mmseg's `{"state_dict": ..., "meta": ...}`."""
+    import torch
+
+    meta = {"mmseg_version": "0.27.0", "CLASSES": tuple(f"c{i}" for i in range(len(state["decode_head.conv_seg.bias"]))),
+            "iter": 40000}
+    torch.save({"state_dict": state, "meta": meta}, path)
+    return str(path)

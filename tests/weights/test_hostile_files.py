@@ -6,8 +6,6 @@ import json
 import os
 import re
 import subprocess
-import sys
-import textwrap
 import zipfile
 
 import h5py
@@ -16,28 +14,12 @@ import pytest
 
 from keras_vit.cli import main
 from keras_vit.weights import convert_checkpoint
-from tests.support.commands import fails
+from tests.support.commands import fails, run_limited
 from tests.support.checkpoints import edit_keras_config, original_npz_params
 
 pytestmark = pytest.mark.backend_independent  # file handling: runs under one backend (tests/conftest.py)
 
 GIB = 2**30
-
-
-
-
-def run_limited(argv, limit_gib=3, timeout=120):
-    """The CLI in a subprocess under an address-space limit (a regression raises MemoryError
-    there instead of exhausting the machine) and a time limit (a hang fails the test)."""
-    script = textwrap.dedent(f"""
-        import resource, sys
-        sys.argv = ["keras-vit"]  # as the command line runs: no Keras until a command needs a model
-        resource.setrlimit(resource.RLIMIT_AS, ({int(limit_gib * GIB)}, {int(limit_gib * GIB)}))
-        from keras_vit.cli import main
-        for argv in {[[str(a) for a in args] for args in argv]!r}:
-            print("rc", main(argv), flush=True)
-    """)
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture

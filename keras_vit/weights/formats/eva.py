@@ -82,20 +82,33 @@ def prepare(raw):
     return dinov3.prepare(dataclasses.replace(raw, tensors=tensors))
 
 
-def open_clip_heads(raw, pool="token", family="EVA-CLIP"):
-    """The head count an `open_clip_config.json`'s `vision_cfg` gives a timm image tower (its
-    `timm_model_kwargs.num_heads`, else None: the width's named models'); another `timm_pool` than
-    `pool`, or a projection besides timm's head, refused in one line."""
+def open_clip_vision(raw):
+    """`(vision_cfg, heads)` of an OpenCLIP timm image tower's `open_clip_config.json` (`{}` without
+    one): its `model_cfg.vision_cfg` and the head count of its `timm_model_kwargs.num_heads` (None:
+    not recorded, the width's named models'); a part of another type refused in one line."""
     model = (raw.meta.get("open_clip_config") or {}).get("model_cfg", {})
     vision = model.get("vision_cfg", {}) if isinstance(model, dict) else None
-    if not isinstance(vision, dict):
-        raise ValueError(f"{raw.path}: its open_clip_config.json's model_cfg / vision_cfg is not a JSON object.")
+    kwargs = (vision.get("timm_model_kwargs") or {}) if isinstance(vision, dict) else None
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"{raw.path}: its open_clip_config.json's model_cfg / vision_cfg / timm_model_kwargs is not "
+                         "a JSON object.")
+    heads = kwargs.get("num_heads")
+    if heads is not None and not (isinstance(heads, int) and not isinstance(heads, bool) and heads > 0):
+        raise ValueError(f"{raw.path}: its open_clip_config.json's timm_model_kwargs num_heads={heads!r}; expected a "
+                         "whole number >= 1 (or no num_heads).")
+    return vision, heads
+
+
+def open_clip_heads(raw, pool="token", family="EVA-CLIP"):
+    """The head count an `open_clip_config.json`'s `vision_cfg` gives a timm image tower
+    (`open_clip_vision`); another `timm_pool` than `pool`, or a projection besides timm's head,
+    refused in one line."""
+    vision, heads = open_clip_vision(raw)
     found, proj = vision.get("timm_pool", pool), vision.get("timm_proj")
     if found != pool or proj not in (None, ""):
         raise ValueError(f"{raw.path}: an OpenCLIP timm image tower with timm_pool={found!r}, timm_proj={proj!r}; "
                          f"keras_vit reads {family}'s (timm_pool {pool!r}, timm_proj null: timm's head projects).")
-    heads = (vision.get("timm_model_kwargs") or {}).get("num_heads")
-    return heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else None
+    return heads
 
 
 def metadata(raw, tensors):

@@ -13,7 +13,7 @@ import dataclasses
 
 from keras_vit.preprocessing import HALF
 from keras_vit.weights.canonical import Metadata
-from keras_vit.weights.formats import timm
+from keras_vit.weights.formats import eva, timm
 from keras_vit.weights.formats.base import Format
 
 PREFIX, HEAD = "visual.trunk.", "visual.head."
@@ -26,22 +26,20 @@ def detect(raw):
 
 
 def _vision_cfg(raw):
-    model = (raw.meta.get("open_clip_config") or {}).get("model_cfg", {})
-    vision = model.get("vision_cfg", {}) if isinstance(model, dict) else None
-    if not isinstance(vision, dict):
-        raise ValueError(f"{raw.path}: its open_clip_config.json's model_cfg / vision_cfg is not a JSON object.")
-    pool, proj = vision.get("timm_pool", "avg"), vision.get("timm_proj", "linear") or "none"
-    kwargs = vision.get("timm_model_kwargs") or {}
-    if pool not in POOLS or proj not in PROJECTIONS or vision.get("timm_proj_bias") or not isinstance(kwargs, dict):
+    """`(timm_pool, timm_proj, heads)` of the `open_clip_config.json`; others than keras_vit reads refused."""
+    vision, heads = eva.open_clip_vision(raw)
+    pool, proj = vision.get("timm_pool", "avg"), vision.get("timm_proj", "linear")
+    proj = "none" if proj == "" else proj
+    if not isinstance(pool, str) or pool not in POOLS or proj not in PROJECTIONS or vision.get("timm_proj_bias"):
         raise ValueError(f"{raw.path}: an OpenCLIP timm image tower with timm_pool={pool!r}, timm_proj={proj!r}, "
                          f"timm_proj_bias={vision.get('timm_proj_bias')!r}; keras_vit reads timm_pool {' / '.join(POOLS)} "
                          "and timm_proj 'none' or a bias-free 'linear'.")
-    return vision, pool, proj, kwargs
+    return pool, proj, heads
 
 
 def prepare(raw):
     """The trunk's keys without `visual.trunk.`, the `linear` projection as timm's CLIP projection."""
-    _, _, proj, _ = _vision_cfg(raw)
+    _, proj, _ = _vision_cfg(raw)
     extra = sorted(k for k in raw.tensors if k.startswith(HEAD) and k != HEAD + "proj.weight")
     if extra or (proj == "none" and HEAD + "proj.weight" in raw.tensors):
         raise ValueError(f"{raw.path}: OpenCLIP image head keys {extra or [HEAD + 'proj.weight']} that "
@@ -54,10 +52,12 @@ def prepare(raw):
 
 
 def metadata(raw, tensors):
-    _, pool, _, kwargs = _vision_cfg(raw)
-    heads = kwargs.get("num_heads")
-    mean = ((raw.meta.get("open_clip_config") or {}).get("preprocess_cfg") or {}).get("mean")
-    return Metadata(approximate_gelu=False, pooling=POOLS[pool], num_heads=heads if isinstance(heads, int) else None,
+    pool, _, heads = _vision_cfg(raw)
+    preprocess = (raw.meta.get("open_clip_config") or {}).get("preprocess_cfg") or {}
+    if not isinstance(preprocess, dict):
+        raise ValueError(f"{raw.path}: its open_clip_config.json's preprocess_cfg is not a JSON object.")
+    mean = preprocess.get("mean")
+    return Metadata(approximate_gelu=False, pooling=POOLS[pool], num_heads=heads,
                     preprocessing="siglip" if isinstance(mean, list) and tuple(mean) == HALF else
                     timm.metadata(raw, tensors).preprocessing)
 

@@ -35,8 +35,11 @@ def prepare(raw):
 
 
 def metadata(raw, tensors):
-    token = "cls_token" in tensors
-    side = math.isqrt(tensors["pos_embed"].shape[1] - token)
+    token, shape = "cls_token" in tensors, tensors["pos_embed"].shape
+    if len(shape) != 3 or shape[1] <= token:
+        raise ValueError(f"{raw.path}: pos_embed of shape {shape}; PE-core's is (1, {'1 + ' if token else ''}patches, "
+                         "width).")
+    side = math.isqrt(shape[1] - token)
     heads = eva.open_clip_heads(raw, "map", "PE-core") if eva.OPEN_CLIP + "pos_embed" in raw.tensors else None
     return Metadata(num_heads=heads, approximate_gelu=False, layer_norm_epsilon=EPSILON, preprocessing="siglip",
                     rope_theta=THETA, rope_form="axial", rope_reference_grid=(side, side),

@@ -165,7 +165,8 @@ def prepare(raw):
         del tensors["head.bias"]
         tensors[CLIP_PROJECTION] = tensors.pop("head.weight")
     posemb = tensors.get("pos_embed")
-    if posemb is not None and "cls_token" in tensors and math.isqrt(posemb.shape[1]) ** 2 == posemb.shape[1]:
+    square = posemb is not None and len(posemb.shape) == 3 and math.isqrt(posemb.shape[1]) ** 2 == posemb.shape[1]
+    if square and "cls_token" in tensors:  # another rank: refused by `Checkpoint.check`
         for _ in range(1 + ("dist_token" in tensors)):
             posemb = with_class_row(posemb)
         tensors["pos_embed"] = posemb
