@@ -451,8 +451,8 @@ def read_tfds(builder, name, train_split, val_split, val_fraction, seed, to_pair
     (`tfds_splits`) as datasets of `to_pair(example)`, the train split's files shuffled by `seed`."""
     splits = set(builder.info.splits.keys())
     chosen = tfds_splits(splits, train_split, val_split, val_fraction)
-    datasets = [read_tfds_split(builder, name, split, splits, shuffle, seed).map(to_pair, num_parallel_calls=tf.data.AUTOTUNE)
-                for split, shuffle in zip(chosen, (True, False))]
+    datasets = [read_tfds_split(builder, name, split, splits, shuffle, seed)
+                .map(to_pair, num_parallel_calls=tf.data.AUTOTUNE) for split, shuffle in zip(chosen, (True, False))]
     return tuple(datasets), tuple(tfds_size(dataset) for dataset in datasets)
 
 
