@@ -21,20 +21,30 @@ def config_from_args(args, command="train"):
     return recipe(args.recipe, **overrides).override(args.set or [])
 
 
-def _train(args):
-    config = config_from_args(args)
-    from keras_vit.training import TrainingDiverged, train
+def _run(command, run, config, args):
+    """`(exit code, result)` of `run(config)` as the command line runs it: exit 3 where training
+    diverged, a change of settings said in command-line terms; no result where this process is
+    not the one that reports (or it diverged)."""
+    from keras_vit.training import TrainingDiverged
     from keras_vit.training.checkpointing import SettingsChanged
 
     try:
-        result = train(config, resume=not args.fresh, overwrite_output_dir=args.overwrite_output_dir)
+        result = run(config, resume=not args.fresh, overwrite_output_dir=args.overwrite_output_dir)
     except TrainingDiverged as error:
-        print(f"keras-vit train: {error}", file=sys.stderr)
-        return 3
+        print(f"keras-vit {command}: {error}", file=sys.stderr)
+        return 3, None
     except SettingsChanged as error:  # say it in command-line terms
         raise SettingsChanged(error.run_dir, error.changes, RESTART) from None
-    if not result.is_chief:  # only the process that wrote the files reports them
-        return 0
+    return 0, result if result.is_chief else None  # only the process that wrote the files reports them
+
+
+def _train(args):
+    config = config_from_args(args)
+    from keras_vit.training import train
+
+    code, result = _run("train", train, config, args)
+    if result is None:
+        return code
     epoch = f" (epoch {result.best_epoch})" if result.best_epoch else ""
     scores = getattr(result, "scores", None)  # a dense task's (`keras_vit.training.dense`)
     measured = (", ".join(f"{name} {value:.4f}" for name, value in scores.items()) if scores is not None else
@@ -59,20 +69,11 @@ def _steps_run(result):
 
 def _pretrain(args):
     config = config_from_args(args, "pretrain")
-    from keras_vit.training import TrainingDiverged
     from keras_vit.training.pretrain import pretrain
 
-    from keras_vit.training.checkpointing import SettingsChanged
-
-    try:
-        result = pretrain(config, resume=not args.fresh, overwrite_output_dir=args.overwrite_output_dir)
-    except TrainingDiverged as error:
-        print(f"keras-vit pretrain: {error}", file=sys.stderr)
-        return 3
-    except SettingsChanged as error:  # say it in command-line terms
-        raise SettingsChanged(error.run_dir, error.changes, RESTART) from None
-    if not result.is_chief:  # only the process that wrote the files reports them
-        return 0
+    code, result = _run("pretrain", pretrain, config, args)
+    if result is None:
+        return code
     print(
         f"\nMasked patch prediction: validation loss {result.val_loss:.4f}, accuracy on corrupted "
         f"patches {result.val_accuracy:.4f}; {_steps_run(result)} in {result.seconds:.0f} s."
