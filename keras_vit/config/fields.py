@@ -10,6 +10,7 @@ Plain Python, no Keras: the command line builds its flags from here before impor
 
 import argparse
 import dataclasses
+import functools
 import math
 import numbers
 import os
@@ -66,8 +67,14 @@ def numbers_tuple(name, length, meaning):
     return check
 
 
+@functools.lru_cache(maxsize=None)
+def _hints(cls):
+    """The type hints of the dataclass `cls` (resolved once: `typing.get_type_hints` is slow)."""
+    return typing.get_type_hints(cls)
+
+
 def _kinds(cls, name):
-    hint = typing.get_type_hints(cls)[name]
+    hint = _hints(cls)[name]
     return typing.get_args(hint) if typing.get_origin(hint) is Union else (hint,)
 
 
