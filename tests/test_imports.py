@@ -10,6 +10,7 @@ import one another by bare name (`import throughput`), so they are named so here
 """
 
 import ast
+import os
 import pathlib
 
 import pytest
@@ -208,3 +209,16 @@ def _private(name):
 
 def test_no_private_name_is_used_outside_its_module():
     assert not private_names_used_across_modules()
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_importing_the_library_leaves_tensorflow_unimported(backend):
+    """`import keras_vit` on JAX or PyTorch: no TensorFlow (seconds of start-up and its log lines)
+    until a data pipeline needs it."""
+    import subprocess
+    import sys
+
+    code = "import sys, keras_vit; print(sorted(m for m in ('tensorflow', 'keras_vit.model') if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "KERAS_BACKEND": backend})
+    assert proc.returncode == 0 and proc.stdout.split("\n")[0] == "['keras_vit.model']", proc.stdout + proc.stderr[-2000:]

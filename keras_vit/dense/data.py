@@ -21,9 +21,9 @@ import numpy as np
 from PIL import Image
 
 from keras_vit.data.sources import IMAGE_EXTENSIONS, VAL_FRACTION, VALIDATION_FOLDERS
+from keras_vit.dense.labels import IGNORE
 from keras_vit.utils.files import regular_file
 
-IGNORE = 255  # the mask value of pixels without a label
 TARGETS = {"semantic": ("masks", (".png",)), "depth": ("depth", (".png", ".npy"))}  # task: (folder, suffixes)
 CLASSES_FILE = "classes.txt"
 

@@ -18,7 +18,7 @@ h * w)` (`pack`) for Keras' single loss; the metrics read the last prediction's 
 import keras
 from keras import ops
 
-from keras_vit.dense.data import IGNORE
+from keras_vit.dense.labels import IGNORE
 from keras_vit.dense.losses import PixelAccuracy
 from keras_vit.dense.matching import assign
 from keras_vit.dense.resize import resize

@@ -8,7 +8,7 @@ decode head, resizes the logits to the label size the same way; the labels are n
 import keras
 from keras import ops
 
-from keras_vit.dense.data import IGNORE
+from keras_vit.dense.labels import IGNORE
 
 SILOG_LAMBDA = 0.5  # Depth Anything's `SiLogLoss(lambd=0.5)` (BTS: 0.85, times 10)
 EPSILON = 1e-6  # the smallest depth the log sees (a ReLU head outputs 0)

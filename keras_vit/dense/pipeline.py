@@ -20,7 +20,8 @@ import tensorflow as tf
 
 from keras_vit.data import augment
 from keras_vit.data.pipeline import AUTOTUNE, dataset_options, positioned_stream
-from keras_vit.dense.data import IGNORE, read_target
+from keras_vit.dense.data import read_target
+from keras_vit.dense.labels import IGNORE
 
 TARGET_DTYPES = {"semantic": tf.uint8, "depth": tf.float32}
 

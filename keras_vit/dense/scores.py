@@ -4,7 +4,7 @@ own size, by `keras_vit.evaluation.dense`."""
 
 import numpy as np
 
-from keras_vit.dense.data import IGNORE
+from keras_vit.dense.labels import IGNORE
 
 
 def confusion_matrix(labels, predictions, num_classes, ignore_class=IGNORE):

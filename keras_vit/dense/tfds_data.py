@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from keras_vit.data import augment
 from keras_vit.data.sources import prepare_tfds, read_tfds, tfds_builder, VAL_FRACTION
-from keras_vit.dense.data import IGNORE, DenseSource
+from keras_vit.dense.data import DenseSource
+from keras_vit.dense.labels import IGNORE
 
 # Cityscapes' 19 evaluation classes: their `labelIds` (the gtFine PNGs tensorflow-datasets stores) -> train id
 CITYSCAPES = {7: "road", 8: "sidewalk", 11: "building", 12: "wall", 13: "fence", 17: "pole", 19: "traffic light",

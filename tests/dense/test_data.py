@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from keras_vit.dense.data import IGNORE, load_dense_source, read_target
+from keras_vit.dense.data import load_dense_source, read_target
+from keras_vit.dense.labels import IGNORE
 from tests.support.dense_data import write_shapes
 
 pytestmark = pytest.mark.backend_independent  # files and NumPy: runs under one backend (tests/conftest.py)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_vit.dense import losses, scores
-from keras_vit.dense.data import IGNORE
+from keras_vit.dense.labels import IGNORE
 
 
 @pytest.fixture(scope="module")

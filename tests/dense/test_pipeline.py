@@ -10,7 +10,8 @@ from PIL import Image
 
 from keras_vit.data.pipeline import Augmentation
 from keras_vit.dense import pipeline
-from keras_vit.dense.data import IGNORE, load_dense_source
+from keras_vit.dense.data import load_dense_source
+from keras_vit.dense.labels import IGNORE
 
 pytestmark = pytest.mark.backend_independent  # tf.data code: runs under one backend (tests/conftest.py)
 

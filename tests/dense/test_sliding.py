@@ -13,7 +13,7 @@ from PIL import Image
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.data.images import resize
-from keras_vit.dense.data import IGNORE
+from keras_vit.dense.labels import IGNORE
 from keras_vit.dense.scores import confusion_matrix, depth_errors, mean_depth_errors, segmentation_scores
 from keras_vit.dense.sliding import slide, window_starts
 from keras_vit.evaluation.dense import evaluate_dense

@@ -11,7 +11,7 @@ import tensorflow_datasets as tfds
 
 from keras_vit.data.pipeline import Augmentation
 from keras_vit.dense import pipeline
-from keras_vit.dense.data import IGNORE
+from keras_vit.dense.labels import IGNORE
 from keras_vit.dense.sources import load_source
 from keras_vit.evaluation.dense import evaluate_dense
 from keras_vit.training import recipe, train

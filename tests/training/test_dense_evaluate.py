@@ -10,7 +10,8 @@ from PIL import Image
 
 import keras_vit
 from keras_vit.cli import main
-from keras_vit.dense.data import IGNORE, load_dense_source
+from keras_vit.dense.data import load_dense_source
+from keras_vit.dense.labels import IGNORE
 from keras_vit.evaluation.dense import evaluate_dense
 from keras_vit.data.images import resize
 from keras_vit.training import recipe, train
