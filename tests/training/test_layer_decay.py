@@ -13,7 +13,7 @@ from keras_vit.cli import main
 from keras_vit.layers import ResNetV2Stem
 from keras_vit.training import layer_decay, optim, recipe, train
 from keras_vit.training.recipes import TrainConfig
-from tests.support import JIT
+from tests.support import JIT, this_backends_share
 from tests.support.commands import TINY_TRAIN_FLAGS
 from tests.support.models import randomize
 
@@ -202,7 +202,7 @@ def test_layer_decay_needs_a_vit():
         layer_decay.layer_scales(other, DECAY)
 
 
-@pytest.mark.parametrize("name", ["lamb", "lion", "adafactor"])
+@pytest.mark.parametrize("name", this_backends_share(["lamb", "lion", "adafactor"]))  # steps: test_steps_match_numpy
 def test_every_optimizer_trains_from_the_command_line(name, tmp_path):
     """`--optimizer` with layer decay and a weight EMA (their subclasses of each optimizer): a run
     completes, its loss finite, and its optimizer is the one named."""
