@@ -11,12 +11,13 @@ import tempfile
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # Under JAX every new tiny model compiles its functions again, here and in the Python processes
 # the tests start (training runs, hosts, commands): one persistent cache for the session and its
-# children turns the repeats into cache hits. A new, empty folder each session; set before JAX
-# is imported, so that this process reads it too.
-JAX_CACHE = tempfile.mkdtemp(prefix="keras_vit_tests_jax_cache_")
-atexit.register(shutil.rmtree, JAX_CACHE, ignore_errors=True)
-os.environ.update(JAX_COMPILATION_CACHE_DIR=JAX_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+# children turns the repeats into cache hits. The folder `tests/run_backends.py` gives all its
+# pytest processes (under any backend: their children may run JAX), else a new, empty one; set
+# before JAX is imported, so that this process reads it too.
+if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="keras_vit_tests_jax_cache_")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+os.environ.update(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

@@ -29,12 +29,12 @@ PARTS = {
     "the rest": ("tests", "--ignore=tests/training", "--ignore=tests/weights"),
 }
 # Seconds each part takes on the 2-core CI machine, two at a time (the `=== backend, part: ... in
-# Ns` lines of a CI log; here the last CI's, less the measured cuts since): only their order
+# Ns` lines of a CI log; here the last CI's): only their order
 # matters, the longest starting first.
 SECONDS = {
-    ("jax", "training"): 630, ("jax", "weights"): 215, ("jax", "the rest"): 690,
-    ("tensorflow", "training"): 377, ("tensorflow", "weights"): 110, ("tensorflow", "the rest"): 483,
-    ("torch", "training"): 299, ("torch", "weights"): 158, ("torch", "the rest"): 495,
+    ("jax", "training"): 766, ("jax", "weights"): 240, ("jax", "the rest"): 809,
+    ("tensorflow", "training"): 403, ("tensorflow", "weights"): 93, ("tensorflow", "the rest"): 588,
+    ("torch", "training"): 347, ("torch", "weights"): 150, ("torch", "the rest"): 599,
 }
 DEFAULT_ARGS = ("--durations=30",)  # the slowest tests of each part, for keeping CI time down
 # The fast tier (`--quick`): a few quick tests of every package, under 3 minutes on PyTorch on the
@@ -100,9 +100,11 @@ QUICK = (
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 
 
-def run(backend, part, paths, pytest_args):
-    """Runs pytest on `paths` under `backend`; prints its output when it ends and returns the counts."""
-    env = {**os.environ, "KERAS_BACKEND": backend}
+def run(backend, part, paths, pytest_args, jax_cache):
+    """Runs pytest on `paths` under `backend` (and `jax_cache`, the JAX compilation cache all the
+    processes share: the same tiny programs compile in several parts and their children); prints
+    its output when it ends and returns the counts."""
+    env = {**os.environ, "KERAS_BACKEND": backend, "JAX_COMPILATION_CACHE_DIR": jax_cache}
     command = [sys.executable, "-m", "pytest", *paths, *DEFAULT_ARGS, *pytest_args]
     print(f"=== KERAS_BACKEND={backend} ({part}): started {' '.join(command)}", flush=True)
     start = time.time()
@@ -152,8 +154,8 @@ def main(argv):
     jobs, quick, backends, pytest_args = parse(argv)
     runs = plan(backends, quick, pytest_args)
     start = time.time()
-    with ThreadPoolExecutor(jobs) as pool:
-        results = list(pool.map(lambda job: run(*job, pytest_args), runs))
+    with ThreadPoolExecutor(jobs) as pool, tempfile.TemporaryDirectory(prefix="keras_vit_tests_jax_cache_") as cache:
+        results = list(pool.map(lambda job: run(*job, pytest_args, cache), runs))
     totals = {key: sum(counts[key] for counts in results) for key in ("passed", "failed", "skipped")}
     print(f"\n{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped "
           f"({len(backends)} backends, {len(runs)} processes, {min(jobs, len(runs))} at a time, "
