@@ -376,14 +376,13 @@ def read_tfds_split(builder, name, split, splits, shuffle, seed):
     where = f"Split {split!r} of {name!r}"
     known = f"known splits: {sorted(splits)}; slices as 'train[:80%]', 'train[10:20]'"
     try:
-        if splits and builder.info.splits[split].num_examples <= 0:
-            raise ValueError(f"{where} holds no examples ({known}).")
-        config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=True)
-        return builder.as_dataset(split=split, shuffle_files=shuffle, read_config=config)
+        empty = bool(splits) and builder.info.splits[split].num_examples <= 0
+        if not empty:
+            config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=True)
+            return builder.as_dataset(split=split, shuffle_files=shuffle, read_config=config)
     except (ValueError, KeyError) as error:
-        if str(error).startswith(where):
-            raise
         raise ValueError(f"{where}: {first_line(error)} ({known}).") from None
+    raise ValueError(f"{where} holds no examples ({known}).")
 
 
 def _features(builder):
