@@ -75,7 +75,6 @@ def rng():
     return np.random.default_rng(0)
 
 
-
 def _freeze():
     """Collects, then moves what is left into the permanent generation (`gc.freeze`)."""
     gc.collect()

@@ -1,7 +1,7 @@
 """DINOv2's linear segmentation head files (mmseg `BNHead` checkpoints, written here with random
 weights in their layout) read onto a tiny DINOv2 backbone by `keras_vit.from_checkpoint(path,
 backbone=)`: logits against NumPy (the backbone's normed block tokens, BatchNorm with the running
-statistics, a 1x1 convolution, torch's bilinear up-sampling with `align_corners=False`), and the
+statistics, a 1x1 convolution; torch's own bilinear up-sampling with `align_corners=False`), and the
 files that do not fit refused in one line."""
 
 import numpy as np
@@ -18,17 +18,10 @@ TINY = dict(hidden_dim=WIDTH, depth=DEPTH, num_heads=2, mlp_dim=32, input_shape=
 
 
 def bilinear(x, size):
-    """torch's `interpolate(mode="bilinear", align_corners=False)` of `(batch, h, w, c)`, in NumPy."""
-    for axis, n_out in ((1, size[0]), (2, size[1])):
-        n_in = x.shape[axis]
-        src = np.maximum((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0)
-        low = np.minimum(np.floor(src).astype(int), n_in - 1)
-        high, frac = np.minimum(low + 1, n_in - 1), src - np.floor(src)
-        shape = [1] * x.ndim
-        shape[axis] = n_out
-        frac = frac.reshape(shape)
-        x = np.take(x, low, axis) * (1 - frac) + np.take(x, high, axis) * frac
-    return x
+    """torch's `interpolate(mode="bilinear", align_corners=False)` (mmseg's `resize`) of `(batch, h, w, c)`."""
+    nchw = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+    resized = torch.nn.functional.interpolate(nchw, size=tuple(size), mode="bilinear", align_corners=False)
+    return resized.numpy().transpose(0, 2, 3, 1)
 
 
 def reference(vit, state, images, layers, class_token=False):
