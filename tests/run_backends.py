@@ -100,11 +100,22 @@ QUICK = (
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|error|errors)\b")
 
 
-def run(backend, part, paths, pytest_args, jax_cache):
-    """Runs pytest on `paths` under `backend` (and `jax_cache`, the JAX compilation cache all the
-    processes share: the same tiny programs compile in several parts and their children); prints
-    its output when it ends and returns the counts."""
-    env = {**os.environ, "KERAS_BACKEND": backend, "JAX_COMPILATION_CACHE_DIR": jax_cache}
+def threads_of(jobs):
+    """The environment that gives each of `jobs` pytest processes (and the processes they start)
+    its share of the cores to compute on: PyTorch's, TensorFlow's and XLA's thread pools are each
+    as wide as the machine, and several processes' pools would take turns on the same cores."""
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    env = {"OMP_NUM_THREADS": str(threads), "TF_NUM_INTRAOP_THREADS": str(threads)}
+    if threads == 1:
+        env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false".strip()
+    return env
+
+
+def run(backend, part, paths, pytest_args, jax_cache, threads):
+    """Runs pytest on `paths` under `backend` (`threads`: `threads_of`; `jax_cache`: the JAX
+    compilation cache all the processes share, as the same tiny programs compile in several parts
+    and their children); prints its output when it ends and returns the counts."""
+    env = {**os.environ, **threads, "KERAS_BACKEND": backend, "JAX_COMPILATION_CACHE_DIR": jax_cache}
     command = [sys.executable, "-m", "pytest", *paths, *DEFAULT_ARGS, *pytest_args]
     print(f"=== KERAS_BACKEND={backend} ({part}): started {' '.join(command)}", flush=True)
     start = time.time()
@@ -155,7 +166,7 @@ def main(argv):
     runs = plan(backends, quick, pytest_args)
     start = time.time()
     with ThreadPoolExecutor(jobs) as pool, tempfile.TemporaryDirectory(prefix="keras_vit_tests_jax_cache_") as cache:
-        results = list(pool.map(lambda job: run(*job, pytest_args, cache), runs))
+        results = list(pool.map(lambda job: run(*job, pytest_args, cache, threads_of(min(jobs, len(runs)))), runs))
     totals = {key: sum(counts[key] for counts in results) for key in ("passed", "failed", "skipped")}
     print(f"\n{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped "
           f"({len(backends)} backends, {len(runs)} processes, {min(jobs, len(runs))} at a time, "

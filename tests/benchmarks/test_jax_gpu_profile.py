@@ -29,6 +29,7 @@ def test_variants_against_the_plain_jax_vit_with_their_programs():
     assert "padded cuDNN probe: None" in run.stdout
 
 
+@pytest.mark.backend_independent  # argument checks, before any backend is used
 def test_bad_arguments_are_refused():
     run = subprocess.run([sys.executable, SCRIPT, "--steps", "0"], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "KERAS_BACKEND": "jax"})

@@ -25,6 +25,7 @@ def test_each_step_of_the_finetune_transform_against_the_decode_limit():
     assert rows[0][2] == "1.00" and all(float(ms) > 0 for _, ms, _ in rows)
 
 
+@pytest.mark.backend_independent  # argument checks, before any backend is used
 def test_bad_arguments_are_refused():
     run = subprocess.run([sys.executable, SCRIPT, "--rounds", "0"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "--rounds must be >= 1" in run.stderr

@@ -26,6 +26,7 @@ def test_step_overhead_table_and_hlo_counts():
     assert counts and int(counts[1]) > 0 and int(counts[2]) > 0 and int(counts[3]) > 0
 
 
+@pytest.mark.backend_independent  # argument checks, before any backend is used
 def test_bad_arguments_are_refused():
     run = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "step_overhead.py"), "--steps", "0"],
                          capture_output=True, text=True, timeout=300)
