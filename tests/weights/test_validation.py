@@ -5,6 +5,7 @@ File handling is the same on every backend, so these run on one."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -134,6 +135,39 @@ def run_limited(script, limit_gib=8, timeout=300):
                           timeout=timeout, env={**os.environ, "KERAS_BACKEND": BACKEND})
 
 
+# Runs the cases of one subprocess (each importing Keras first would take most of the time): each
+# case's output, its error messages included, follows its own "=== case NAME" line, and what it
+# ended with is its last line: "loaded", "exit CODE", "refused LINES MESSAGE" or "failed ERROR".
+CASES = """
+import sys, traceback
+sys.argv = ["keras-vit"]  # as the command line runs
+sys.stderr = sys.stdout
+for name, code in {cases!r}:
+    print("=== case", name, flush=True)
+    try:
+        exec(code, {{}})
+        print("loaded", flush=True)
+    except SystemExit as done:
+        print("exit", done.code, flush=True)
+    except ValueError as error:
+        print("refused", str(error).count(chr(10)), str(error), flush=True)
+    except BaseException as error:  # a MemoryError, say: told, and the next cases still run
+        traceback.print_exc()
+        print("failed", type(error).__name__, flush=True)
+"""
+
+
+def run_limited_cases(cases, limit_gib=8, timeout=300):
+    """Each of `cases` ({name: Python code}) in turn in one subprocess under `run_limited`'s
+    limits; {name: (its output, the line it ended with)}."""
+    done = run_limited(CASES.format(cases=list(cases.items())), limit_gib, timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    parts = re.split(r"^=== case (.+)\n", done.stdout, flags=re.M)
+    outputs = dict(zip(parts[1::2], parts[2::2]))
+    assert list(outputs) == list(cases), done.stdout[-3000:] + done.stderr[-3000:]
+    return {name: (out, out.rstrip().splitlines()[-1]) for name, out in outputs.items()}
+
+
 # A layer of a saved model, a field of its configuration and the hostile value it gets.
 HOSTILE_CONFIGS = {
     "mlp_dim 1e9": ("Encoder", "mlp_dim", 10**9),
@@ -165,32 +199,76 @@ def hostile_models(tmp_path_factory):
     return folder / "good.keras", paths
 
 
+def write_lora(path, member, declared, stored_bytes, compression):
+    """A `lora.npz` whose `member` declares a float32 array of shape `declared` and holds
+    `stored_bytes` zero bytes (deflated or stored)."""
+    settings = json.dumps({"rank": 2, "alpha": 2.0, "targets": ["qkv"], "num_heads": HEADS, "depth": 2})
+    with zipfile.ZipFile(path, "w", compression) as zf:
+        with zf.open("__settings__.npy", "w") as f:
+            np.lib.format.write_array(f, np.array(settings))
+        with zf.open(member + ".npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": declared})
+            for _ in range(stored_bytes // 2**20):
+                f.write(bytes(2**20))
+    return path
+
+
+def write_kerashub_lora(path):
+    """A KerasHub `.lora.h5` whose gzip dataset, no chunk written, declares 16 GiB in a few kB."""
+    with h5py.File(path, "w") as f:
+        f["lora/vars/rank"] = 2
+        f.create_dataset("lora/0/vars/lora_kernel_a", shape=(2**16, 2**16), dtype="float32", compression="gzip",
+                         chunks=(256, 256))
+        f["lora/0/vars/lora_kernel_b"] = np.zeros((2, 8), "float32")
+    return path
+
+
+LORA_FILES = {  # 64 GiB declared in 4 kB; a deflated member that unpacks 1000-fold
+    "declared": ((2**16, 2**16, 4), 4096, zipfile.ZIP_STORED, "declares a (65536, 65536, 4) array"),
+    "deflated": ((2**12, 2**12), 2**26, zipfile.ZIP_DEFLATED, "declares a (4096, 4096) array"),
+}
+LORA_CALLS = {
+    "read": "from keras_vit.lora import adapter\nadapter.read({path!r})",
+    "export": "from keras_vit.cli import main\nraise SystemExit(main(['export', {path!r}, '--format', 'peft', "
+              "'--output', {path!r} + '.peft']))",
+}
+
+
+@pytest.fixture(scope="module")
+def limited(hostile_models, tmp_path_factory):
+    """The memory tests' cases below, run in one subprocess under an 8 GiB address-space limit:
+    {case: (its output, its last line)}; the LoRA files (a few kB each) are in `folder`."""
+    good, paths = hostile_models
+    folder = tmp_path_factory.mktemp("lora")
+    cases = {}
+    for loader, call in LOADERS.items():
+        for name, path in (({} if loader == "export" else {"good": good}) | paths).items():
+            cases[f"{loader}: {name}"] = f"path = {str(path)!r}\n{call}"
+    for case, (declared, stored, compression, _) in LORA_FILES.items():
+        path = write_lora(folder / f"{case}_lora.npz", "encoder/encoderblock_0/attention/qkv/lora_a", declared, stored,
+                          compression)
+        assert path.stat().st_size < 2**20
+        for command, call in LORA_CALLS.items():
+            cases[f"lora {command}: {case}"] = call.format(path=str(path))
+    path = write_kerashub_lora(folder / "adapter.lora.h5")
+    assert path.stat().st_size < 2**20
+    cases["lora read: kerashub"] = LORA_CALLS["read"].format(path=str(path))
+    return folder, run_limited_cases(cases)
+
+
 @pytest.mark.parametrize("loader", LOADERS)
-def test_keras_configs_declaring_huge_models_are_refused_before_allocating(hostile_models, loader):
+def test_keras_configs_declaring_huge_models_are_refused_before_allocating(hostile_models, limited, loader):
     """A 175 kB `.keras` whose configuration declares an MLP 10^9 wide, 10^5 blocks or a
     400000^2 input made load / predict / export allocate it (or build for hours)."""
     good, paths = hostile_models
-    script = f"""
-        import sys
-        sys.argv = ["keras-vit"]
-        for path in {[*([str(good)] if loader != "export" else []), *(str(p) for p in paths.values())]!r}:
-            try:
-                {LOADERS[loader].replace(chr(10), chr(10) + ' ' * 16)}
-                print("loaded", flush=True)
-            except SystemExit as done:
-                print("exit", done.code, flush=True)
-            except ValueError as error:
-                print("refused", str(error).count(chr(10)), str(error), flush=True)
-    """
-    done = run_limited(script)
-    lines = [line for line in done.stdout.splitlines() if line.startswith(("loaded", "exit", "refused"))]
+    _, outcomes = limited
     if loader != "export":  # the model they were made from loads (its export is tested elsewhere)
-        assert lines[:1] == ["loaded"], done.stdout + done.stderr[-3000:]
-        lines = lines[1:]
-    assert done.returncode == 0 and len(lines) == len(paths), done.stdout + done.stderr[-3000:]
-    assert all(line.startswith(("exit 2", "refused 0")) for line in lines), done.stdout + done.stderr[-3000:]
-    assert "MemoryError" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert not any(os.path.exists(str(p) + ".onnx") for p in paths.values())
+        assert outcomes[f"{loader}: good"][1] == "loaded", outcomes[f"{loader}: good"][0][-3000:]
+    for name, path in paths.items():
+        out, last = outcomes[f"{loader}: {name}"]
+        assert last.startswith(("exit 2", "refused 0")), out[-3000:]
+        assert "MemoryError" not in out and "Traceback" not in out, out[-3000:]
+        assert not os.path.exists(str(path) + ".onnx")
 
 
 SCANNED = "Transformer/encoderblock/LayerNorm_0/scale"  # big_vision's scanned layout: a leading layer axis
@@ -254,61 +332,22 @@ def test_files_declaring_huge_tensors_are_refused_by_every_reader(tmp_path, read
     assert not (tmp_path / "out.npz").exists()
 
 
-def write_lora(path, member, declared, stored_bytes, compression):
-    """A `lora.npz` whose `member` declares a float32 array of shape `declared` and holds
-    `stored_bytes` zero bytes (deflated or stored)."""
-    settings = json.dumps({"rank": 2, "alpha": 2.0, "targets": ["qkv"], "num_heads": HEADS, "depth": 2})
-    with zipfile.ZipFile(path, "w", compression) as zf:
-        with zf.open("__settings__.npy", "w") as f:
-            np.lib.format.write_array(f, np.array(settings))
-        with zf.open(member + ".npy", "w", force_zip64=True) as f:
-            np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": declared})
-            for _ in range(stored_bytes // 2**20):
-                f.write(bytes(2**20))
-    return path
-
-
-LORA_FILES = {  # 64 GiB declared in 4 kB; a deflated member that unpacks 1000-fold
-    "declared": ((2**16, 2**16, 4), 4096, zipfile.ZIP_STORED, "declares a (65536, 65536, 4) array"),
-    "deflated": ((2**12, 2**12), 2**26, zipfile.ZIP_DEFLATED, "declares a (4096, 4096) array"),
-}
-
-
 @pytest.mark.parametrize("case", LORA_FILES)
-@pytest.mark.parametrize("command", ["read", "export"])
-def test_lora_files_declaring_huge_arrays_are_refused_before_reading(tmp_path, case, command):
+@pytest.mark.parametrize("command", LORA_CALLS)
+def test_lora_files_declaring_huge_arrays_are_refused_before_reading(limited, case, command):
     """`lora.read` / `lora.load` and `keras-vit export ADAPTER` read a `lora.npz` with `np.load`,
     which allocated what a member declared and inflated a deflated one whole; it is read as
     checkpoints are (`containers.read_npz`: declared sizes against stored, the inflation limit)."""
-    declared, stored, compression, expected = LORA_FILES[case]
-    path = write_lora(tmp_path / "run_lora.npz", "encoder/encoderblock_0/attention/qkv/lora_a", declared, stored,
-                      compression)
-    assert path.stat().st_size < 2**20
-    call = {"read": f"from keras_vit.lora import adapter\nadapter.read({str(path)!r})",
-            "export": f"from keras_vit.cli import main\nraise SystemExit(main(['export', {str(path)!r}, '--format', "
-                      f"'peft', '--output', {str(tmp_path / 'peft')!r}]))"}[command]
-    script = f"import sys\nsys.argv = ['keras-vit']\ntry:\n    {call.replace(chr(10), chr(10) + '    ')}\n" \
-             "except SystemExit as done:\n    print('exit', done.code)\nexcept ValueError as error:\n" \
-             "    print('refused', str(error).count(chr(10)), str(error))\n"
-    done = run_limited(script, limit_gib=8, timeout=120)
-    assert ("refused 0" if command == "read" else "exit 2") in done.stdout, done.stdout + done.stderr[-3000:]
-    assert expected in done.stdout + done.stderr and "Traceback" not in done.stderr, done.stdout + done.stderr[-3000:]
-    assert not (tmp_path / "peft").exists()
+    folder, outcomes = limited
+    out, last = outcomes[f"lora {command}: {case}"]
+    assert last.startswith("refused 0" if command == "read" else "exit 2"), out[-3000:]
+    assert LORA_FILES[case][3] in out and "Traceback" not in out, out[-3000:]
+    assert not (folder / f"{case}_lora.npz.peft").exists()
 
 
-def test_a_kerashub_lora_file_declaring_a_huge_array_is_refused_before_reading(tmp_path):
+def test_a_kerashub_lora_file_declaring_a_huge_array_is_refused_before_reading(limited):
     """`lora.read` of a KerasHub `.lora.h5` read each matrix whole with h5py: a gzip dataset
     with no chunk written declares 16 GiB in a few kB. It is read as `.weights.h5` checkpoints
     are (the declared size against what is stored)."""
-    path = tmp_path / "adapter.lora.h5"
-    with h5py.File(path, "w") as f:
-        f["lora/vars/rank"] = 2
-        f.create_dataset("lora/0/vars/lora_kernel_a", shape=(2**16, 2**16), dtype="float32", compression="gzip",
-                         chunks=(256, 256))
-        f["lora/0/vars/lora_kernel_b"] = np.zeros((2, 8), "float32")
-    assert path.stat().st_size < 2**20
-    script = ("from keras_vit.lora import adapter\ntry:\n    adapter.read(%r)\nexcept ValueError as error:\n"
-              "    print('refused', str(error).count(chr(10)), str(error))\n" % str(path))
-    done = run_limited(script, limit_gib=8, timeout=120)
-    assert "refused 0" in done.stdout and "declares a (65536, 65536) tensor" in done.stdout, \
-        done.stdout + done.stderr[-3000:]
+    out, last = limited[1]["lora read: kerashub"]
+    assert last.startswith("refused 0") and "declares a (65536, 65536) tensor" in last, out[-3000:]
